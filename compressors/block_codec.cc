@@ -1,0 +1,189 @@
+#include "compressors/block_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "core/checked_math.h"
+#include "core/error.h"
+
+namespace gradcomp {
+namespace {
+
+// Below this many elements a second thread costs more to start than it saves.
+constexpr uint64_t kMinElementsPerThread = 1u << 18;
+
+// Runs fn(firstTile, endTile) over contiguous tile ranges, one per thread.
+template <typename Fn>
+void forTileRanges(uint64_t numTiles, uint64_t numElements, int threads, Fn&& fn) {
+  const uint64_t useful = std::max<uint64_t>(1, numElements / kMinElementsPerThread);
+  const uint64_t t = std::min<uint64_t>({static_cast<uint64_t>(threads), useful, std::max<uint64_t>(numTiles, 1)});
+  if (t <= 1) {
+    fn(0, numTiles, 0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const uint64_t per = ceilDiv(numTiles, t);
+  for (uint64_t i = 1; i < t; ++i)
+    pool.emplace_back([&, i] { fn(std::min(numTiles, i * per), std::min(numTiles, (i + 1) * per), i); });
+  fn(0, std::min(numTiles, per), 0);
+  for (auto& th : pool) th.join();
+}
+
+// Zeroes each section's padding and its last used byte (the tail bits of a bit-packed section), so the
+// same input always gives the same bytes whatever the buffer held before.
+void zeroPadding(const BlockCodec::Sections& sec, std::byte* payload) {
+  for (int s = 0; s < sec.count; ++s) {
+    const uint64_t end = s + 1 < sec.count ? sec.offset[s + 1] : sec.total;
+    const uint64_t from = sec.offset[s] + (sec.bytes[s] ? sec.bytes[s] - 1 : 0);
+    std::memset(payload + from, 0, end - from);
+  }
+}
+
+}  // namespace
+
+float* scratchUniforms(uint64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback) {
+  return static_cast<uint32_t>(spec.getUInt("block", fallback, 1, 1u << 24));
+}
+
+BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleBytesPerBlock, uint64_t codeBits) {
+  BlockCodec::Sections s;
+  SectionLayout layout;
+  const uint64_t blocks = h.blockSize ? ceilDiv(h.numElements, h.blockSize) : 0;
+  s.count = 2;
+  s.bytes[0] = wireBytesFor(blocks, scaleBytesPerBlock, "block scales");
+  s.offset[0] = layout.add(s.bytes[0]);
+  s.bytes[1] = ceilDiv(wireBytesFor(h.numElements, codeBits, "codes"), 8);
+  s.offset[1] = layout.add(s.bytes[1]);
+  s.total = layout.totalBytes();
+  return s;
+}
+
+void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, bool allowZero) {
+  for (uint64_t b = 0; b < numBlocks; ++b) {
+    const float s = scales[b];
+    GRADCOMP_CHECK(std::isfinite(s) && s >= 0.0f && (allowZero || s > 0.0f), DecodeError, codec, ": block ", b,
+                   " carries an invalid scale ", s);
+  }
+}
+
+void BlockCodec::validateHeaderFields(const WireHeader& h) const {
+  GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
+  GRADCOMP_CHECK(h.param == 0, DecodeError, name(), ": header param must be 0, got ", h.param);
+}
+
+uint64_t BlockCodec::tileElements(uint32_t bs) const {
+  // Whole blocks, starting on a byte of every bit-packed section; about 16 KiB of fp32 so the fused
+  // error-feedback tile buffers stay in L1/L2.
+  const uint64_t unit = bs == 0 ? 8 : std::lcm<uint64_t>(bs, 8);
+  constexpr uint64_t kTarget = 4096;
+  return unit >= kTarget ? unit : (kTarget / unit) * unit;
+}
+
+WireHeader BlockCodec::headerFor(uint64_t n) const {
+  WireHeader h = headerTemplate();
+  h.numElements = n;
+  h.payloadBytes = sections(h).total;
+  return h;
+}
+
+size_t BlockCodec::maxEncodedBytes(size_t numElements) const {
+  return kWireHeaderBytes + headerFor(numElements).payloadBytes;
+}
+
+EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                                    const ExecContext& exec) const {
+  const WireHeader h = headerFor(in.size());
+  writeHeader(h, wire);
+  std::byte* payload = wire.data() + kWireHeaderBytes;
+  zeroPadding(sections(h), payload);
+  const uint64_t n = in.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0), bad(saturated.size(), EncodeResult::kNoIndex);
+  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
+    for (uint64_t t = t0; t < t1; ++t) {
+      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
+      const uint64_t b = firstNonFinite(in.subspan(begin, count));
+      if (b != EncodeResult::kNoIndex) {
+        bad[thread] = begin + b;
+        return;
+      }
+      encodeTile(h, in.data() + begin, begin, count, payload, ctx, saturated[thread]);
+    }
+  });
+  EncodeResult r;
+  r.wireBytes = kWireHeaderBytes + h.payloadBytes;
+  r.saturated = std::accumulate(saturated.begin(), saturated.end(), uint64_t{0});
+  r.nonFiniteIndex = *std::min_element(bad.begin(), bad.end());
+  return r;
+}
+
+EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
+                                                std::span<float> residualOut, std::span<std::byte> wire,
+                                                const EncodeContext& ctx, const ExecContext& exec) const {
+  const WireHeader h = headerFor(grad.size());
+  writeHeader(h, wire);
+  std::byte* payload = wire.data() + kWireHeaderBytes;
+  zeroPadding(sections(h), payload);
+  const uint64_t n = grad.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0), bad(saturated.size(), EncodeResult::kNoIndex);
+  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
+    std::vector<float> c(tile), decoded(tile);
+    for (uint64_t t = t0; t < t1; ++t) {
+      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
+      const float* g = grad.data() + begin;
+      const float* e = residualIn.data() + begin;
+      for (uint64_t i = 0; i < count; ++i) c[i] = g[i] + e[i];
+      const uint64_t b = firstNonFinite(std::span<const float>(c.data(), count));
+      if (b != EncodeResult::kNoIndex) {
+        bad[thread] = begin + b;
+        return;
+      }
+      encodeTile(h, c.data(), begin, count, payload, ctx, saturated[thread]);
+      decodeTile(h, payload, begin, count, decoded.data(), false);
+      float* eOut = residualOut.data() + begin;
+      for (uint64_t i = 0; i < count; ++i) eOut[i] = c[i] - decoded[i];
+    }
+  });
+  EncodeResult r;
+  r.wireBytes = kWireHeaderBytes + h.payloadBytes;
+  r.saturated = std::accumulate(saturated.begin(), saturated.end(), uint64_t{0});
+  r.nonFiniteIndex = *std::min_element(bad.begin(), bad.end());
+  return r;
+}
+
+void BlockCodec::checkHeader(const WireHeader& h) const {
+  if (blockSize_ == 0) {
+    GRADCOMP_CHECK(h.blockSize == 0, DecodeError, name(), ": header block size must be 0, got ", h.blockSize);
+  } else {
+    GRADCOMP_CHECK(h.blockSize >= 1 && h.blockSize <= (1u << 24), DecodeError, name(), ": header block size ",
+                   h.blockSize, " is outside [1, 2^24]");
+  }
+  validateHeaderFields(h);
+  const uint64_t expected = sections(h).total;
+  GRADCOMP_CHECK(h.payloadBytes == expected, DecodeError, name(), ": header announces ", h.payloadBytes,
+                 " payload bytes, ", h.numElements, " elements with block size ", h.blockSize, " need ", expected);
+}
+
+void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                            const ExecContext& exec) const {
+  validatePayload(h, payload);
+  const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  const bool accumulate = mode == DecodeMode::Accumulate;
+  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
+    for (uint64_t t = t0; t < t1; ++t) {
+      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
+      decodeTile(h, payload, begin, count, out.data() + begin, accumulate);
+    }
+  });
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,81 @@
+// Base of the codecs that work block by block on contiguous elements (casts, block-scaled fp8/int8,
+// qsgd, terngrad, sign, onebit). It owns the loop over tiles: a tile is a cache-resident run of whole
+// blocks starting on a byte boundary of every bit-packed section, so tiles encode independently, can
+// run on several threads, and error feedback is fused per tile:
+//   c = g + e (tile buffer) -> encode tile -> decode tile -> e' = c - decoded
+// which reads g and e and writes e' and the wire once: the "encode fused with ef" of the benchmarks.
+#pragma once
+
+#include "compressors/compressor.h"
+
+namespace gradcomp {
+
+class BlockCodec : public Compressor {
+ public:
+  // Offsets from the payload start and used bytes before padding; the base class zeroes the padding.
+  struct Sections {
+    int count = 0;
+    uint64_t offset[2] = {0, 0};
+    uint64_t bytes[2] = {0, 0};
+    uint64_t total = 0;
+  };
+
+  using Compressor::maxEncodedBytes;
+  size_t maxEncodedBytes(size_t numElements) const override;
+
+ protected:
+  BlockCodec(CodecSpec spec, uint32_t blockSize) : Compressor(std::move(spec)), blockSize_(blockSize) {}
+
+  uint32_t blockSize() const { return blockSize_; }
+
+  // Header fields this configuration writes (codec, flags, blockSize, param); numElements is set later.
+  virtual WireHeader headerTemplate() const = 0;
+  // The payload's sections for a header; throws DecodeError if the sizes overflow.
+  virtual Sections sections(const WireHeader& h) const = 0;
+  // Encodes elements [begin, begin+count) of the tensor (x points at element `begin`). `begin` is a
+  // multiple of the block size and of 8. Adds saturations to `saturated`.
+  virtual void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext& ctx, uint64_t& saturated) const = 0;
+  // Checks every code and scale of the payload; throws DecodeError naming the first bad one.
+  virtual void validatePayload(const WireHeader& h, const std::byte* payload) const = 0;
+  virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                          bool accumulate) const = 0;
+  // Header fields other than codec/flags/blockSize the codec checks (defaults: param == 0, count == 0).
+  virtual void validateHeaderFields(const WireHeader& h) const;
+
+  EncodeResult encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                          const ExecContext& exec) const override;
+  EncodeResult encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
+                                      std::span<float> residualOut, std::span<std::byte> wire,
+                                      const EncodeContext& ctx, const ExecContext& exec) const override;
+  void checkHeader(const WireHeader& header) const override;
+  void decodeImpl(const WireHeader& header, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                  const ExecContext& exec) const override;
+
+ private:
+  uint64_t tileElements(uint32_t blockSize) const;
+  WireHeader headerFor(uint64_t n) const;
+
+  uint32_t blockSize_;  // 0 for codecs without blocks (casts)
+};
+
+// Calls fn(blockIndex, offsetInTile, length) for the blocks of a tile (tiles start on block boundaries).
+template <typename Fn>
+void forBlocksInTile(uint64_t begin, uint64_t count, uint32_t blockSize, Fn&& fn) {
+  for (uint64_t off = 0; off < count; off += blockSize)
+    fn((begin + off) / blockSize, off, count - off < blockSize ? count - off : uint64_t{blockSize});
+}
+
+// A per-thread scratch buffer of at least n floats (the Philox uniforms of one tile).
+float* scratchUniforms(uint64_t n);
+
+// Shared parameter: a block size from the spec, validated (1 .. 2^24).
+uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback);
+
+// The common layout [per-block scales: scaleBytesPerBlock each][codes: codeBits per element].
+BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleBytesPerBlock, uint64_t codeBits);
+
+// Throws DecodeError naming the block if a scale is non-finite, negative, or zero when !allowZero.
+void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, bool allowZero);
+
+}  // namespace gradcomp

@@ -1,0 +1,97 @@
+#include "compressors/codec_spec.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace gradcomp {
+
+CodecSpec CodecSpec::parse(const std::string& text) {
+  CodecSpec spec;
+  const auto colon = text.find(':');
+  spec.name_ = text.substr(0, colon);
+  GRADCOMP_CHECK_ARG(!spec.name_.empty(), "codec spec '", text, "' has no codec name");
+  if (colon == std::string::npos) return spec;
+  std::string rest = text.substr(colon + 1);
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    const auto comma = rest.find(',', pos);
+    const std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const auto eq = item.find('=');
+    GRADCOMP_CHECK_ARG(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "codec spec '", text,
+                       "': parameter '", item, "' is not key=value");
+    const std::string key = item.substr(0, eq);
+    GRADCOMP_CHECK_ARG(!spec.params_.count(key), "codec spec '", text, "': parameter '", key, "' given twice");
+    spec.params_[key] = item.substr(eq + 1);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return spec;
+}
+
+std::string CodecSpec::toString() const {
+  std::string s = name_;
+  char sep = ':';
+  for (const auto& [k, v] : params_) {
+    s += sep + k + "=" + v;
+    sep = ',';
+  }
+  return s;
+}
+
+std::string CodecSpec::getString(const std::string& key, const std::string& fallback) const {
+  const auto it = params_.find(key);
+  if (it == params_.end()) return fallback;
+  used_.insert(key);
+  return it->second;
+}
+
+std::string CodecSpec::getChoice(const std::string& key, const std::string& fallback,
+                                 const std::vector<std::string>& allowed) const {
+  const std::string v = getString(key, fallback);
+  for (const auto& a : allowed)
+    if (a == v) return v;
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : "|") + a;
+  GRADCOMP_THROW(InvalidArgument, "codec '", name_, "': ", key, "=", v, " is not one of ", list);
+}
+
+uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const {
+  if (!has(key)) return fallback;
+  const std::string v = getString(key, "");
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  GRADCOMP_CHECK_ARG(errno == 0 && end && *end == '\0' && !v.empty() && v[0] != '-', "codec '", name_, "': ",
+                     key, "=", v, " is not a non-negative integer");
+  GRADCOMP_CHECK_ARG(x >= min && x <= max, "codec '", name_, "': ", key, "=", v, " is outside [", min, ", ",
+                     max, "]");
+  return x;
+}
+
+double CodecSpec::getDouble(const std::string& key, double fallback, double minExclusive,
+                            double maxInclusive) const {
+  if (!has(key)) return fallback;
+  const std::string v = getString(key, "");
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  GRADCOMP_CHECK_ARG(end && *end == '\0' && !v.empty() && std::isfinite(x), "codec '", name_, "': ", key, "=",
+                     v, " is not a finite number");
+  GRADCOMP_CHECK_ARG(x > minExclusive && x <= maxInclusive, "codec '", name_, "': ", key, "=", v,
+                     " is outside (", minExclusive, ", ", maxInclusive, "]");
+  return x;
+}
+
+bool CodecSpec::getBool(const std::string& key, bool fallback) const {
+  const std::string v = getChoice(key, fallback ? "true" : "false", {"true", "false", "1", "0"});
+  return v == "true" || v == "1";
+}
+
+void CodecSpec::checkAllUsed() const {
+  for (const auto& [k, v] : params_)
+    GRADCOMP_CHECK_ARG(used_.count(k), "codec '", name_, "' has no parameter '", k, "'");
+}
+
+}  // namespace gradcomp

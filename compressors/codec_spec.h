@@ -1,0 +1,40 @@
+// A codec named with its parameters, as users write it: "int8:block=256,rounding=stochastic".
+// Each codec's factory takes the parameters it knows; any parameter left unread is an error, so a typo
+// never silently falls back to a default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gradcomp {
+
+class CodecSpec {
+ public:
+  static CodecSpec parse(const std::string& text);  // throws InvalidArgument naming the bad part
+
+  const std::string& name() const { return name_; }
+  std::string toString() const;
+
+  bool has(const std::string& key) const { return params_.count(key) != 0; }
+  std::string getString(const std::string& key, const std::string& fallback) const;
+  std::string getChoice(const std::string& key, const std::string& fallback,
+                        const std::vector<std::string>& allowed) const;
+  uint64_t getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const;
+  double getDouble(const std::string& key, double fallback, double minExclusive, double maxInclusive) const;
+  bool getBool(const std::string& key, bool fallback) const;
+
+  // Throws if a parameter was never read by the factory.
+  void checkAllUsed() const;
+
+  void set(const std::string& key, const std::string& value) { params_[key] = value; }
+
+ private:
+  std::string name_;
+  std::map<std::string, std::string> params_;
+  mutable std::set<std::string> used_;
+};
+
+}  // namespace gradcomp

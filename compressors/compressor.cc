@@ -1,0 +1,123 @@
+#include "compressors/compressor.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/scalar/host_device.h"
+
+namespace gradcomp {
+namespace {
+
+void checkCpu(const ExecContext& exec, const char* codec, const char* op) {
+  GRADCOMP_CHECK(exec.device == Device::Cpu, BackendUnavailable, op, " with codec '", codec,
+                 "' on a CUDA buffer: this build has no CUDA kernels for it");
+  GRADCOMP_CHECK_ARG(exec.cpuThreads >= 1, op, ": cpuThreads must be >= 1, got ", exec.cpuThreads);
+}
+
+void checkWireBuffer(std::span<std::byte> wire, size_t need, const char* codec) {
+  GRADCOMP_CHECK_ARG(wire.size() >= need, "encode '", codec, "': wire buffer has ", wire.size(),
+                     " bytes, maxEncodedBytes says ", need);
+  GRADCOMP_CHECK_ARG(reinterpret_cast<uintptr_t>(wire.data()) % kWireAlign == 0, "encode '", codec,
+                     "': wire buffer must be ", kWireAlign, "-byte aligned");
+}
+
+void throwIfNonFinite(const EncodeResult& r, std::span<const float> x, const EncodeContext& ctx, const char* codec) {
+  if (r.nonFiniteIndex == EncodeResult::kNoIndex) return;
+  const uint64_t i = r.nonFiniteIndex;
+  throw NonFiniteError(__FILE__, __LINE__,
+                       detail::concat("encode '", codec, "': tensor ", ctx.tensorId, " holds a non-finite value (",
+                                      x[i], ") at index ", i, " of ", x.size()),
+                       ctx.tensorId, i);
+}
+
+}  // namespace
+
+uint64_t firstNonFinite(std::span<const float> x) {
+  // Branch-free scan in chunks so the common all-finite case vectorizes.
+  constexpr size_t kChunk = 256;
+  for (size_t base = 0; base < x.size(); base += kChunk) {
+    const size_t end = std::min(x.size(), base + kChunk);
+    uint32_t worst = 0;
+    for (size_t i = base; i < end; ++i) worst = std::max(worst, scalar::absBits(x[i]));
+    if (worst >= 0x7f800000u)
+      for (size_t i = base; i < end; ++i)
+        if (!scalar::isFiniteBits(scalar::absBits(x[i]))) return i;
+  }
+  return EncodeResult::kNoIndex;
+}
+
+EncodeResult Compressor::encode(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                                const ExecContext& exec) const {
+  checkCpu(exec, name(), "encode");
+  checkWireBuffer(wire, maxEncodedBytes(in.size(), ctx), name());
+  EncodeResult r = encodeImpl(in, wire, ctx, exec);
+  throwIfNonFinite(r, in, ctx, name());
+  return r;
+}
+
+EncodeResult Compressor::encodeWithResidual(std::span<const float> grad, std::span<const float> residualIn,
+                                            std::span<float> residualOut, std::span<std::byte> wire,
+                                            const EncodeContext& ctx, const ExecContext& exec) const {
+  checkCpu(exec, name(), "encodeWithResidual");
+  GRADCOMP_CHECK_EQ(grad.size(), residualIn.size(), "codec=", name(), " tensor=", ctx.tensorId);
+  GRADCOMP_CHECK_EQ(grad.size(), residualOut.size(), "codec=", name(), " tensor=", ctx.tensorId);
+  checkWireBuffer(wire, maxEncodedBytes(grad.size(), ctx), name());
+  EncodeResult r = encodeWithResidualImpl(grad, residualIn, residualOut, wire, ctx, exec);
+  if (r.nonFiniteIndex != EncodeResult::kNoIndex) {
+    // Name the gradient's own bad index when it has one; otherwise the residual was the culprit.
+    const uint64_t g = firstNonFinite(grad);
+    if (g != EncodeResult::kNoIndex) {
+      r.nonFiniteIndex = g;
+      throwIfNonFinite(r, grad, ctx, name());
+    }
+    const uint64_t i = r.nonFiniteIndex;
+    throw NonFiniteError(__FILE__, __LINE__,
+                         detail::concat("encodeWithResidual '", name(), "': tensor ", ctx.tensorId,
+                                        ": the gradient is finite but gradient + residual is not at index ", i,
+                                        " (residual ", residualIn[i], "): the residual is poisoned"),
+                         ctx.tensorId, i);
+  }
+  return r;
+}
+
+EncodeResult Compressor::encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
+                                                std::span<float> residualOut, std::span<std::byte> wire,
+                                                const EncodeContext& ctx, const ExecContext& exec) const {
+  for (size_t i = 0; i < grad.size(); ++i) residualOut[i] = grad[i] + residualIn[i];
+  EncodeResult r = encodeImpl(residualOut, wire, ctx, exec);
+  if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
+  std::vector<float> decoded(grad.size());
+  decode(wire.first(r.wireBytes), decoded, DecodeMode::Overwrite, exec);
+  for (size_t i = 0; i < grad.size(); ++i) residualOut[i] -= decoded[i];
+  return r;
+}
+
+WireHeader Compressor::inspect(std::span<const std::byte> wire) const {
+  const WireHeader h = parseHeader(wire);
+  GRADCOMP_CHECK(h.codec == static_cast<uint16_t>(id()), DecodeError, "wire holds codec '", codecIdName(h.codec),
+                 "' (id ", h.codec, "), this decoder is '", name(), "'");
+  checkHeader(h);
+  return h;
+}
+
+void Compressor::decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode,
+                        const ExecContext& exec) const {
+  checkCpu(exec, name(), "decode");
+  const WireHeader h = inspect(wire);
+  GRADCOMP_CHECK(h.numElements == out.size(), DecodeError, "decode '", name(), "': wire holds ", h.numElements,
+                 " elements, output has ", out.size());
+  const std::byte* payload = wire.data() + kWireHeaderBytes;
+  std::vector<std::byte> aligned;
+  if (reinterpret_cast<uintptr_t>(payload) % kWireAlign != 0) {
+    // A receive buffer at an odd offset: copy once rather than read typed values unaligned.
+    aligned.resize(h.payloadBytes + kWireAlign);
+    auto* p = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(aligned.data()) + kWireAlign - 1) &
+                                           ~uintptr_t(kWireAlign - 1));
+    std::memcpy(p, payload, h.payloadBytes);
+    payload = p;
+  }
+  decodeImpl(h, payload, out, mode, exec);
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,117 @@
+// The Compressor interface: a codec turns fp32 gradients into a self-describing wire buffer and back.
+//
+// Contract, for every codec:
+//  * maxEncodedBytes(n) is an upper bound on what encode writes for n elements, never exceeded.
+//  * encode rejects NaN/Inf input with a NonFiniteError naming the tensor and the first bad index.
+//  * decode trusts nothing: header and payload are validated before the first write to `out`.
+//  * decode(..., Accumulate) adds into `out` in fp32 and equals overwrite-decoding then adding.
+//  * encodeWithResidual(g, e, e') writes C(g + e) and e' = (g + e) - decode(C(g + e)): the primitive
+//    every error-feedback policy is built on, fused so the residual costs one pass.
+// Stochastic codecs draw from Philox keyed by (seed, rank, step, tensor, element): same context, same
+// bytes; another rank, another stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "compressors/codec_spec.h"
+#include "compressors/wire_format.h"
+#include "core/exec_context.h"
+
+namespace gradcomp {
+
+struct EncodeContext {
+  uint64_t seed = 0;
+  uint32_t rank = 0;
+  uint32_t step = 0;
+  uint32_t tensorId = 0;
+  uint64_t kOverride = 0;  // sparse codecs: entries to select this call (0 = the codec's own k / ratio)
+};
+
+struct EncodeResult {
+  size_t wireBytes = 0;
+  uint64_t saturated = 0;  // finite values clamped to the format's range (fp16 / bf16 / fp8 overflow)
+  uint64_t entries = 0;    // sparse codecs: entries on the wire
+  bool exactFallback = false;  // threshold: estimate overshot its capacity, exact top-k was used
+  uint64_t nonFiniteIndex = kNoIndex;  // internal: first NaN/Inf seen by the kernel
+  static constexpr uint64_t kNoIndex = std::numeric_limits<uint64_t>::max();
+};
+
+enum class DecodeMode { Overwrite, Accumulate };
+
+struct CompressorTraits {
+  bool lossless = false;
+  bool fixedSize = true;       // encoded size depends only on n (and the configuration)
+  bool sparse = false;         // carries a subset of coordinates
+  bool sharedIndices = false;  // every rank sends the same coordinates (random-k with a shared seed)
+  bool stochastic = false;     // uses the Philox stream
+  bool needsSharedSeed = false;  // all ranks must use the same seed for a correct reduction
+  bool reencodable = true;     // a decoded partial sum can be re-encoded per hop (compressed ring)
+};
+
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+
+  virtual CodecId id() const = 0;
+  const char* name() const { return codecIdName(static_cast<uint16_t>(id())); }
+  const CodecSpec& spec() const { return spec_; }
+  virtual CompressorTraits traits() const = 0;
+  virtual size_t maxEncodedBytes(size_t numElements) const = 0;
+  // The bound for one call: sparse codecs honour ctx.kOverride (DGC's warm-up sends more entries).
+  virtual size_t maxEncodedBytes(size_t numElements, const EncodeContext& ctx) const {
+    (void)ctx;
+    return maxEncodedBytes(numElements);
+  }
+
+  // Entries a sparse codec sends for n elements without an override (0 for dense codecs).
+  virtual uint64_t sparseEntries(size_t numElements) const {
+    (void)numElements;
+    return 0;
+  }
+
+  EncodeResult encode(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                      const ExecContext& exec = {}) const;
+
+  // residualOut may alias residualIn. On NonFiniteError the outputs are unspecified; keep residualIn
+  // distinct from residualOut to be able to roll back (the error-feedback policies do).
+  EncodeResult encodeWithResidual(std::span<const float> grad, std::span<const float> residualIn,
+                                  std::span<float> residualOut, std::span<std::byte> wire,
+                                  const EncodeContext& ctx, const ExecContext& exec = {}) const;
+
+  void decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode,
+              const ExecContext& exec = {}) const;
+
+  // Validates everything in the header (codec, flags, sizes against the buffer) without reading the
+  // payload: a receiver learns numElements before allocating. Throws DecodeError.
+  WireHeader inspect(std::span<const std::byte> wire) const;
+
+ protected:
+  explicit Compressor(CodecSpec spec) : spec_(std::move(spec)) {}
+
+  // Called with sizes and device checked and `wire` 16-byte aligned and at least maxEncodedBytes.
+  virtual EncodeResult encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                                  const ExecContext& exec) const = 0;
+  // Default: c = g + e into residualOut, encode it, subtract its decoding. Codecs override to fuse.
+  virtual EncodeResult encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
+                                              std::span<float> residualOut, std::span<std::byte> wire,
+                                              const EncodeContext& ctx, const ExecContext& exec) const;
+  // Checks the codec-specific header fields and that payloadBytes is exactly what they imply.
+  virtual void checkHeader(const WireHeader& header) const = 0;
+  // Called after checkHeader, with numElements == out.size() and the payload 16-byte aligned. Must
+  // validate the payload contents before writing to `out`.
+  virtual void decodeImpl(const WireHeader& header, const std::byte* payload, std::span<float> out,
+                          DecodeMode mode, const ExecContext& exec) const = 0;
+
+ private:
+  CodecSpec spec_;
+};
+
+// Finds the first NaN/Inf (EncodeResult::kNoIndex if none).
+uint64_t firstNonFinite(std::span<const float> x);
+
+}  // namespace gradcomp

@@ -1,0 +1,107 @@
+// Error-feedback policies, composable with every codec and owned outside it, with state keyed by
+// tensor id (save/load for checkpoints):
+//
+//   none  wire = C(g)
+//   ef    c = g + e; wire = C(c); e <- c - D(wire)                 (Seide et al.; Karimireddy et al.)
+//   ef21  wire = C(g - h); h <- h + D(wire); after the all-reduce the optimizer sees H <- H + sum
+//         (Richtarik, Sokolov, Fatkhullin 2021; h is this worker's estimate, H the shared one)
+//   dgc   u <- m u + clip(g); c = v + u; wire = C(c); v <- c - D(wire); u <- 0 where D(wire) != 0
+//         (Lin et al. 2018: momentum correction, factor masking, local clipping, warm-up schedule)
+//
+// Invariants, tested: ef   g + e_before        == D(wire) + e_after
+//                     ef21 h_after             == h_before + D(wire), wire = C(g - h_before)
+//                     dgc  v_before + u_after' == D(wire) + v_after (u_after' before masking)
+// up to fp32 rounding of the two additions (exact when D(wire) equals the sent values, as for
+// sparse codecs with fp32 values).
+//
+// Non-finite gradients: by default a NonFiniteError naming tensor and first bad index; with
+// nonfinite=skip the step sends an encoding of zeros instead. Either way the state is not touched by
+// a non-finite step. A residual that becomes non-finite or exceeds `limit` in magnitude is reset to
+// zero with a warning (resets() counts them). A tensor whose element count changes is an error
+// (shape=error, default) or resets its state with a warning (shape=reset).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compressors/compressor.h"
+
+namespace gradcomp {
+
+struct CompressOutcome {
+  EncodeResult encoded;
+  bool skipped = false;        // non-finite gradient under nonfinite=skip: zeros were sent
+  bool residualReset = false;  // the state was reset (non-finite / over the limit) before this step
+};
+
+class ErrorFeedback {
+ public:
+  using WarningSink = std::function<void(const std::string&)>;
+
+  // "none", "ef", "ef21", "dgc:momentum=0.9,clip=0,warmup=0", each also taking
+  // nonfinite=error|skip, shape=error|reset, limit=1e30.
+  static std::unique_ptr<ErrorFeedback> make(const std::string& spec);
+  virtual ~ErrorFeedback() = default;
+
+  const std::string& name() const { return name_; }
+
+  // The wire size to reserve for tensor of n elements at this step (DGC's warm-up sends more).
+  size_t maxEncodedBytes(const Compressor& codec, size_t n, const EncodeContext& ctx) const;
+
+  // Compresses tensor ctx.tensorId's gradient under this policy.
+  CompressOutcome compress(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                           const EncodeContext& ctx);
+
+  // Turns the all-reduced decoded payloads into the update the optimizer applies (identity except
+  // for ef21, which adds them to its shared estimate and returns that).
+  virtual void finish(uint32_t tensorId, std::span<float> reduced);
+
+  void reset(uint32_t tensorId) { state_.erase(tensorId); }
+  void resetAll() { state_.clear(); }
+  uint64_t resets() const { return resets_; }
+  void setWarningSink(WarningSink sink) { warn_ = std::move(sink); }
+
+  // Buffer `which` of a tensor's state (tests and inspection); empty if the tensor has none.
+  std::span<const float> stateBuffer(uint32_t tensorId, int which) const;
+
+  void save(std::ostream& out) const;
+  void load(std::istream& in);  // throws InvalidArgument if the file is not this policy's state
+
+ protected:
+  ErrorFeedback(const CodecSpec& spec, int numBuffers);
+
+  struct TensorState {
+    std::vector<std::vector<float>> buffers;
+  };
+
+  // Runs the policy with a finite gradient; may throw NonFiniteError when the state is poisoned.
+  virtual EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                                      const EncodeContext& ctx, TensorState& st) = 0;
+  virtual uint64_t kOverride(const Compressor& codec, size_t n, const EncodeContext& ctx) const;
+
+  std::vector<float>& scratch(size_t n);
+  std::vector<float>* mutableStateBuffer(uint32_t tensorId, int which);
+  void warn(const std::string& message) const;
+
+ private:
+  TensorState& stateFor(uint32_t tensorId, size_t n);
+  bool overLimit(const TensorState& st) const;
+
+  std::string name_;
+  int numBuffers_;
+  bool skipNonFinite_;
+  bool resetOnShapeChange_;
+  float limit_;
+  uint64_t resets_ = 0;
+  WarningSink warn_;
+  std::map<uint32_t, TensorState> state_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace gradcomp

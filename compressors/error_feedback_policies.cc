@@ -1,0 +1,128 @@
+// The four error-feedback policies (formulas in error_feedback.h).
+#include <cmath>
+#include <utility>
+
+#include "compressors/error_feedback.h"
+#include "core/error.h"
+
+namespace gradcomp {
+namespace {
+
+class NoFeedback final : public ErrorFeedback {
+ public:
+  explicit NoFeedback(const CodecSpec& spec) : ErrorFeedback(spec, 0) {}
+
+ protected:
+  EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                              const EncodeContext& ctx, TensorState&) override {
+    return codec.encode(grad, wire, ctx);
+  }
+};
+
+// Buffer 0: the residual e.
+class ResidualFeedback final : public ErrorFeedback {
+ public:
+  explicit ResidualFeedback(const CodecSpec& spec) : ErrorFeedback(spec, 1) {}
+
+ protected:
+  EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                              const EncodeContext& ctx, TensorState& st) override {
+    // Write e' beside e and swap only on success: a failed step leaves e as it was.
+    std::vector<float>& next = scratch(grad.size());
+    const EncodeResult r = codec.encodeWithResidual(grad, st.buffers[0], next, wire, ctx);
+    std::swap(st.buffers[0], next);
+    return r;
+  }
+};
+
+// Buffer 0: -h (this worker's estimate, negated so the fused primitive computes g - h);
+// buffer 1: H, the estimate shared by all workers, updated in finish().
+class Ef21Feedback final : public ErrorFeedback {
+ public:
+  explicit Ef21Feedback(const CodecSpec& spec) : ErrorFeedback(spec, 2) {}
+
+  void finish(uint32_t tensorId, std::span<float> reduced) override {
+    std::vector<float>* shared = mutableStateBuffer(tensorId, 1);
+    GRADCOMP_CHECK_ARG(shared && shared->size() == reduced.size(), "ef21: finish(", tensorId, ") with ",
+                       reduced.size(), " elements, state has ", shared ? shared->size() : 0,
+                       " (compress must come first)");
+    float* h = shared->data();
+    for (size_t i = 0; i < reduced.size(); ++i) {
+      h[i] += reduced[i];
+      reduced[i] = h[i];
+    }
+  }
+
+ protected:
+  EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                              const EncodeContext& ctx, TensorState& st) override {
+    // encodeWithResidual(g, -h) sends C(g - h) and leaves r = (g - h) - D; then h' = h + D = g - r.
+    std::vector<float>& r = scratch(grad.size());
+    const EncodeResult res = codec.encodeWithResidual(grad, st.buffers[0], r, wire, ctx);
+    std::vector<float>& negH = st.buffers[0];
+    for (size_t i = 0; i < grad.size(); ++i) negH[i] = r[i] - grad[i];
+    return res;
+  }
+};
+
+// Buffer 0: momentum u; buffer 1: accumulated velocity v.
+class DgcFeedback final : public ErrorFeedback {
+ public:
+  explicit DgcFeedback(const CodecSpec& spec)
+      : ErrorFeedback(spec, 2),
+        momentum_(static_cast<float>(spec.getDouble("momentum", 0.9, -1e-9, 0.999999))),
+        clip_(spec.getDouble("clip", 0.0, -1e-300, 1e30)),
+        warmup_(static_cast<uint32_t>(spec.getUInt("warmup", 0, 0, UINT32_MAX))) {}
+
+ protected:
+  uint64_t kOverride(const Compressor& codec, size_t n, const EncodeContext& ctx) const override {
+    if (ctx.kOverride || ctx.step >= warmup_ || codec.sparseEntries(n) == 0) return ctx.kOverride;
+    // Warm-up: density 25 %, 6.25 %, 1.56 %, 0.39 % over four equal stages (never sparser than the
+    // codec's own k), as in DGC's exponentially increasing sparsity.
+    const uint32_t stage = static_cast<uint32_t>(uint64_t{4} * ctx.step / warmup_);
+    const double density = std::pow(0.25, stage + 1);
+    const uint64_t k = static_cast<uint64_t>(std::ceil(density * static_cast<double>(n)));
+    return std::max<uint64_t>(k, codec.sparseEntries(n));
+  }
+
+  EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                              const EncodeContext& ctx, TensorState& st) override {
+    const size_t n = grad.size();
+    std::vector<float>& u = st.buffers[0];
+    std::vector<float>& v = st.buffers[1];
+    float scale = 1.0f;
+    if (clip_ > 0) {  // local gradient clipping by L2 norm
+      double sq = 0;
+      for (float g : grad) sq += static_cast<double>(g) * g;
+      const double norm = std::sqrt(sq);
+      if (norm > clip_) scale = static_cast<float>(clip_ / norm);
+    }
+    // u' = m u + g is needed before encoding; keep it in scratch so a failed step changes nothing.
+    std::vector<float>& next = scratch(2 * n);
+    float* uNew = next.data();
+    float* vNew = next.data() + n;
+    for (size_t i = 0; i < n; ++i) uNew[i] = momentum_ * u[i] + scale * grad[i];
+    const EncodeResult r =
+        codec.encodeWithResidual({uNew, n}, v, {vNew, n}, wire, ctx);  // c = v + u', v' = c - D(wire)
+    std::copy(vNew, vNew + n, v.begin());
+    // Factor masking: momentum stops where the coordinate was sent.
+    std::vector<float> sent(n);
+    codec.decode(wire.first(r.wireBytes), sent, DecodeMode::Overwrite);
+    for (size_t i = 0; i < n; ++i) u[i] = sent[i] != 0.0f ? 0.0f : uNew[i];
+    return r;
+  }
+
+ private:
+  float momentum_;
+  double clip_;
+  uint32_t warmup_;
+};
+
+}  // namespace
+
+std::unique_ptr<ErrorFeedback> makeNoFeedback(const CodecSpec& s) { return std::make_unique<NoFeedback>(s); }
+std::unique_ptr<ErrorFeedback> makeResidualFeedback(const CodecSpec& s) { return std::make_unique<ResidualFeedback>(s); }
+std::unique_ptr<ErrorFeedback> makeEf21Feedback(const CodecSpec& s) { return std::make_unique<Ef21Feedback>(s); }
+std::unique_ptr<ErrorFeedback> makeDgcFeedback(const CodecSpec& s) { return std::make_unique<DgcFeedback>(s); }
+
+}  // namespace gradcomp

@@ -1,0 +1,109 @@
+// `fp16`: IEEE half, round to nearest even, saturating at +-65504 with the saturations counted.
+// Optional pre-scale (prescale=1/8, say, to keep a sum of 8 ranks in range): encode writes
+// fp16(x * prescale), decode multiplies by fp32(1 / prescale). The pre-scale travels in the header.
+#include <cmath>
+#include <cstring>
+
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/cast_kernels.h"
+#include "kernels/scalar/host_device.h"
+
+namespace gradcomp {
+namespace {
+
+class Fp16Codec final : public BlockCodec {
+ public:
+  explicit Fp16Codec(const CodecSpec& spec)
+      : BlockCodec(spec, 0), prescale_(static_cast<float>(spec.getDouble("prescale", 1.0, 0.0, 1e30))) {
+    GRADCOMP_CHECK_ARG(std::isnormal(prescale_), "fp16: prescale ", prescale_, " is not a normal fp32 number");
+  }
+  CodecId id() const override { return CodecId::Fp16; }
+  CompressorTraits traits() const override { return {}; }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.param = scalar::floatBits(prescale_);
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override {
+    Sections s;
+    SectionLayout layout;
+    s.count = 1;
+    s.bytes[0] = wireBytesFor(h.numElements, 2, "fp16 values");
+    s.offset[0] = layout.add(s.bytes[0]);
+    s.total = layout.totalBytes();
+    return s;
+  }
+  void validateHeaderFields(const WireHeader& h) const override {
+    GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+    const float p = scalar::bitsToFloat(h.param);
+    GRADCOMP_CHECK(std::isnormal(p) && p > 0.0f, DecodeError, name(), ": header pre-scale ", p,
+                   " is not a positive normal number");
+  }
+  void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t& saturated) const override {
+    saturated += cpu::encodeFp16(x, count, prescale_, reinterpret_cast<uint16_t*>(payload) + begin);
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const size_t bad = cpu::firstNonFiniteFp16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
+    GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds an Inf/NaN code at element ", bad);
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const float inv = 1.0f / scalar::bitsToFloat(h.param);
+    cpu::decodeFp16(reinterpret_cast<const uint16_t*>(payload) + begin, count, inv, out, accumulate);
+  }
+
+ private:
+  float prescale_;
+};
+
+class Bf16Codec final : public BlockCodec {
+ public:
+  explicit Bf16Codec(const CodecSpec& spec) : BlockCodec(spec, 0) {}
+  CodecId id() const override { return CodecId::Bf16; }
+  CompressorTraits traits() const override { return {}; }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override {
+    Sections s;
+    SectionLayout layout;
+    s.count = 1;
+    s.bytes[0] = wireBytesFor(h.numElements, 2, "bf16 values");
+    s.offset[0] = layout.add(s.bytes[0]);
+    s.total = layout.totalBytes();
+    return s;
+  }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+  }
+  void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t& saturated) const override {
+    saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin);
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const size_t bad = cpu::firstNonFiniteBf16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
+    GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds an Inf/NaN code at element ", bad);
+  }
+  void decodeTile(const WireHeader&, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    cpu::decodeBf16(reinterpret_cast<const uint16_t*>(payload) + begin, count, out, accumulate);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeFp16Codec(const CodecSpec& spec) { return std::make_unique<Fp16Codec>(spec); }
+std::unique_ptr<Compressor> makeBf16Codec(const CodecSpec& spec) { return std::make_unique<Bf16Codec>(spec); }
+
+}  // namespace gradcomp

@@ -1,0 +1,73 @@
+// `fp8-e4m3`, `fp8-e5m2`: OCP FP8 with one fp32 scale per block (scale = max / amax, saturating).
+// Layout: [scales: fp32 per block][codes: 1 byte per element]. The header's flags record the FP8
+// flavour (0 = OCP); another flavour (e.g. AMD's FNUZ, bias 8/16) is refused by name.
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/block_scale_kernels.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr uint32_t kFlavourOcp = 0;
+
+class Fp8Codec final : public BlockCodec {
+ public:
+  Fp8Codec(const CodecSpec& spec, scalar::Fp8Format fmt) : BlockCodec(spec, blockSizeParam(spec, 128)), fmt_(fmt) {}
+  CodecId id() const override { return fmt_ == scalar::Fp8Format::E4M3 ? CodecId::Fp8E4M3 : CodecId::Fp8E5M2; }
+  CompressorTraits traits() const override { return {}; }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.flags = kFlavourOcp;
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 8); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == kFlavourOcp, DecodeError, name(), ": wire FP8 flavour ",
+                   h.flags == 1 ? "fnuz" : "unknown", " (flags 0x", std::hex, h.flags,
+                   ") does not match this decoder's flavour ocp");
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t& saturated) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      scales[block] = cpu::encodeFp8Block(x + off, len, fmt_, codes + off, saturated);
+    });
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), false);
+    const size_t bad = cpu::firstNonFiniteFp8(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]),
+                                              h.numElements, fmt_);
+    GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds a NaN/Inf code at element ", bad);
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* scales = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    const auto* codes = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin;
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      cpu::decodeFp8Block(codes + off, len, fmt_, scales[block], out + off, accumulate);
+    });
+  }
+
+ private:
+  scalar::Fp8Format fmt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeFp8E4M3Codec(const CodecSpec& spec) {
+  return std::make_unique<Fp8Codec>(spec, scalar::Fp8Format::E4M3);
+}
+std::unique_ptr<Compressor> makeFp8E5M2Codec(const CodecSpec& spec) {
+  return std::make_unique<Fp8Codec>(spec, scalar::Fp8Format::E5M2);
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,63 @@
+// `none`: fp32 as is. The baseline every codec is compared with, through the same wire format.
+#include <cstring>
+
+#include "compressors/block_codec.h"
+#include "core/error.h"
+
+namespace gradcomp {
+namespace {
+
+class IdentityCodec final : public BlockCodec {
+ public:
+  explicit IdentityCodec(const CodecSpec& spec) : BlockCodec(spec, 0) {}
+  CodecId id() const override { return CodecId::None; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.lossless = true;
+    return t;
+  }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override {
+    Sections s;
+    SectionLayout layout;
+    s.count = 1;
+    s.bytes[0] = wireBytesFor(h.numElements, 4, "fp32 values");
+    s.offset[0] = layout.add(s.bytes[0]);
+    s.total = layout.totalBytes();
+    return s;
+  }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+  }
+  void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t&) const override {
+    std::memcpy(reinterpret_cast<float*>(payload) + begin, x, count * sizeof(float));
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const uint64_t bad = firstNonFinite({reinterpret_cast<const float*>(payload), h.numElements});
+    GRADCOMP_CHECK(bad == EncodeResult::kNoIndex, DecodeError, name(), ": payload holds a non-finite value at element ",
+                   bad);
+  }
+  void decodeTile(const WireHeader&, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const float* v = reinterpret_cast<const float*>(payload) + begin;
+    if (accumulate) {
+      for (uint64_t i = 0; i < count; ++i) out[i] += v[i];
+    } else {
+      std::memcpy(out, v, count * sizeof(float));
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeIdentityCodec(const CodecSpec& spec) { return std::make_unique<IdentityCodec>(spec); }
+
+}  // namespace gradcomp

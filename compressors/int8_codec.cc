@@ -1,0 +1,79 @@
+// `int8`: symmetric per-block absmax quantization to [-127, 127] (never -128, so the grid is symmetric
+// and zero is exact), scale = 127 / amax. Rounding to nearest even, or stochastic (unbiased) with
+// Philox uniforms keyed by (seed, rank, step, tensor, element). Layout: [scales][int8 codes].
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/block_scale_kernels.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr uint32_t kFlagStochastic = 1;
+
+class Int8Codec final : public BlockCodec {
+ public:
+  explicit Int8Codec(const CodecSpec& spec)
+      : BlockCodec(spec, blockSizeParam(spec, 256)),
+        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
+  CodecId id() const override { return CodecId::Int8; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.stochastic = stochastic_;
+    return t;
+  }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.flags = stochastic_ ? kFlagStochastic : 0;
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 8); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK((h.flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex,
+                   h.flags);
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext& ctx, uint64_t&) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* codes = reinterpret_cast<int8_t*>(payload + sec.offset[1]) + begin;
+    float* u = nullptr;
+    if (stochastic_) {
+      u = scratchUniforms(count);
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
+    }
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      scales[block] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off);
+    });
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), false);
+    const auto* codes = reinterpret_cast<const int8_t*>(payload + sec.offset[1]);
+    for (uint64_t i = 0; i < h.numElements; ++i)
+      GRADCOMP_CHECK(codes[i] != -128, DecodeError, name(), ": code -128 at element ", i,
+                     " is outside the symmetric range [-127, 127]");
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* scales = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    const auto* codes = reinterpret_cast<const int8_t*>(payload + sec.offset[1]) + begin;
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      cpu::decodeInt8Block(codes + off, len, scales[block], out + off, accumulate);
+    });
+  }
+
+ private:
+  bool stochastic_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeInt8Codec(const CodecSpec& spec) { return std::make_unique<Int8Codec>(spec); }
+
+}  // namespace gradcomp

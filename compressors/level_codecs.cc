@@ -1,0 +1,146 @@
+// The stochastic level codecs: `qsgd` and `terngrad` (kernels in kernels/cpu/level_kernels.h).
+// `qsgd`: QSGD (Alistarh et al. 2017). Per bucket (block) the L2 norm; each element becomes
+// sign x level / s x norm with level stochastically rounded, s = 2^(bits-1) - 1 (bits 2..8), so the
+// codec is unbiased. Layout: [fp32 norm per bucket][bits per element, LSB-first].
+#include <vector>
+
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/bit_pack.h"
+#include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/level_kernels.h"
+
+namespace gradcomp {
+namespace {
+
+thread_local std::vector<uint8_t> tCodes;
+
+uint8_t* scratchCodes(uint64_t n) {
+  if (tCodes.size() < n) tCodes.resize(n);
+  return tCodes.data();
+}
+
+class QsgdCodec final : public BlockCodec {
+ public:
+  explicit QsgdCodec(const CodecSpec& spec)
+      : BlockCodec(spec, blockSizeParam(spec, 512)), bits_(static_cast<int>(spec.getUInt("bits", 4, 2, 8))) {}
+  CodecId id() const override { return CodecId::Qsgd; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.stochastic = true;
+    return t;
+  }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.flags = static_cast<uint32_t>(bits_);
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, h.flags); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags >= 2 && h.flags <= 8, DecodeError, name(), ": bits per element ", h.flags,
+                   " is outside [2, 8]");
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext& ctx, uint64_t&) const override {
+    const Sections sec = sections(h);
+    auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
+    float* u = scratchUniforms(count);
+    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
+    uint8_t* codes = scratchCodes(count);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      norms[block] = cpu::encodeQsgdBlock(x + off, len, bits_, u + off, codes + off);
+    });
+    cpu::packBits(codes, count, bits_, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    // Every code pattern is a valid level; only the norms can be wrong.
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const int bits = static_cast<int>(h.flags);
+    const auto* norms = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    uint8_t* codes = scratchCodes(count);
+    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin * bits / 8, count, bits, codes);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      cpu::decodeQsgdBlock(codes + off, len, bits, norms[block], out + off, accumulate);
+    });
+  }
+
+ private:
+  int bits_;
+};
+
+// `terngrad`: TernGrad (Wen et al. 2017). Per block the max |x|; each element is 0 or sign(x) x max,
+// nonzero with probability |x| / max (unbiased). 2 bits per element; code 3 is invalid on the wire.
+class TernGradCodec final : public BlockCodec {
+ public:
+  explicit TernGradCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 512)) {}
+  CodecId id() const override { return CodecId::TernGrad; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.stochastic = true;
+    return t;
+  }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 2); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext& ctx, uint64_t&) const override {
+    const Sections sec = sections(h);
+    auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
+    float* u = scratchUniforms(count);
+    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
+    uint8_t* codes = scratchCodes(count);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      maxima[block] = cpu::encodeTernBlock(x + off, len, u + off, codes + off);
+    });
+    cpu::packBits(codes, count, 2, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+    const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
+    for (uint64_t byte = 0; byte < sec.bytes[1]; ++byte) {
+      // A 2-bit field equal to 3 has both its bits set.
+      const uint32_t both = packed[byte] & (packed[byte] >> 1) & 0x55u;
+      if (!both) continue;
+      const uint64_t element = byte * 4 + static_cast<uint64_t>(__builtin_ctz(both)) / 2;
+      GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": invalid ternary code 3 at element ", element);
+    }
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* maxima = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    uint8_t* codes = scratchCodes(count);
+    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 4, count, 2, codes);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      cpu::decodeTernBlock(codes + off, len, maxima[block], out + off, accumulate);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeQsgdCodec(const CodecSpec& spec) { return std::make_unique<QsgdCodec>(spec); }
+std::unique_ptr<Compressor> makeTernGradCodec(const CodecSpec& spec) { return std::make_unique<TernGradCodec>(spec); }
+
+}  // namespace gradcomp

@@ -1,0 +1,162 @@
+// `randomk`: k coordinates drawn by a keyed permutation (kernels/scalar/feistel_permutation.h) from
+// (seed, step, tensor) -- not the rank -- so every rank picks the same coordinates and only the values
+// travel; the sum of decoded payloads is the decoding of summed values (an all-reduce of values).
+// Parameters: k=N or ratio=R, values=fp32|fp16, unbiased=true scales decoded values by n/k.
+// Layout: [key: seed u64, step u32, tensor u32][values in permutation order].
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "compressors/sparse_payload.h"
+#include "core/error.h"
+#include "kernels/scalar/feistel_permutation.h"
+#include "kernels/scalar/float_formats.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr uint32_t kFp16Values = 1;
+constexpr uint32_t kUnbiased = 2;
+constexpr uint64_t kKeyBytes = 16;
+
+struct RandomKLayout {
+  uint64_t valueOffset, total;
+};
+
+RandomKLayout randomKLayout(uint64_t k, uint32_t flags) {
+  SectionLayout layout;
+  layout.add(kKeyBytes);
+  RandomKLayout l{};
+  l.valueOffset = layout.add(wireBytesFor(k, (flags & kFp16Values) ? 2 : 4, "random-k values"));
+  l.total = layout.totalBytes();
+  return l;
+}
+
+class RandomKCodec final : public Compressor {
+ public:
+  explicit RandomKCodec(const CodecSpec& spec)
+      : Compressor(spec),
+        budget_(SparseBudget::fromSpec(spec)),
+        flags_((spec.getChoice("values", "fp32", {"fp32", "fp16"}) == "fp16" ? kFp16Values : 0) |
+               (spec.getBool("unbiased", false) ? kUnbiased : 0)) {}
+  CodecId id() const override { return CodecId::RandomK; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.sparse = true;
+    t.sharedIndices = true;
+    t.needsSharedSeed = true;
+    t.stochastic = true;
+    return t;
+  }
+  uint64_t sparseEntries(size_t n) const override { return budget_.kFor(n, 0); }
+  using Compressor::maxEncodedBytes;
+  size_t maxEncodedBytes(size_t n) const override { return maxEncodedBytes(n, EncodeContext{}); }
+  size_t maxEncodedBytes(size_t n, const EncodeContext& ctx) const override {
+    return kWireHeaderBytes + randomKLayout(budget_.kFor(n, ctx.kOverride), flags_).total;
+  }
+
+ protected:
+  EncodeResult encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                          const ExecContext&) const override {
+    std::vector<uint64_t> idx;
+    return encodeSelected(in, wire, ctx, idx);
+  }
+
+  EncodeResult encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
+                                      std::span<float> residualOut, std::span<std::byte> wire,
+                                      const EncodeContext& ctx, const ExecContext&) const override {
+    for (size_t i = 0; i < grad.size(); ++i) residualOut[i] = grad[i] + residualIn[i];
+    std::vector<uint64_t> idx;
+    const EncodeResult r = encodeSelected(residualOut, wire, ctx, idx);
+    if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
+    const float scale = valueScale(grad.size(), idx.size(), flags_);
+    for (uint64_t i : idx) residualOut[i] -= wireValue(residualOut[i]) * scale;
+    return r;
+  }
+
+  void checkHeader(const WireHeader& h) const override {
+    GRADCOMP_CHECK((h.flags & ~(kFp16Values | kUnbiased)) == 0, DecodeError, name(), ": unknown format flags 0x",
+                   std::hex, h.flags);
+    GRADCOMP_CHECK(h.blockSize == 0 && h.param == 0, DecodeError, name(), ": header block size / param must be 0");
+    GRADCOMP_CHECK(h.count <= h.numElements, DecodeError, name(), ": header announces ", h.count, " entries for ",
+                   h.numElements, " elements");
+    const RandomKLayout l = randomKLayout(h.count, h.flags);
+    GRADCOMP_CHECK(h.payloadBytes == l.total, DecodeError, name(), ": header announces ", h.payloadBytes,
+                   " payload bytes, ", h.count, " values need ", l.total);
+  }
+
+  void decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                  const ExecContext&) const override {
+    const RandomKLayout l = randomKLayout(h.count, h.flags);
+    uint64_t seed;
+    uint32_t step, tensor;
+    std::memcpy(&seed, payload, 8);
+    std::memcpy(&step, payload + 8, 4);
+    std::memcpy(&tensor, payload + 12, 4);
+    const bool fp16 = h.flags & kFp16Values;
+    const auto* v32 = reinterpret_cast<const float*>(payload + l.valueOffset);
+    const auto* v16 = reinterpret_cast<const uint16_t*>(payload + l.valueOffset);
+    for (uint64_t j = 0; j < h.count; ++j)
+      GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, name(), ": value ", j,
+                     " is not finite");
+    const float scale = valueScale(h.numElements, h.count, h.flags);
+    const auto perm = scalar::FeistelPermutation::make(h.numElements, seed, step, tensor);
+    if (mode == DecodeMode::Overwrite) std::fill(out.begin(), out.end(), 0.0f);
+    for (uint64_t j = 0; j < h.count; ++j) {
+      const float v = (fp16 ? scalar::halfBitsToFloat(v16[j]) : v32[j]) * scale;
+      out[perm(j)] += v;
+    }
+  }
+
+ private:
+  static float valueScale(uint64_t n, uint64_t k, uint32_t flags) {
+    return (flags & kUnbiased) && k ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k)) : 1.0f;
+  }
+  float wireValue(float v) const {
+    return (flags_ & kFp16Values) ? scalar::halfBitsToFloat(scalar::floatToHalfBits(v)) : v;
+  }
+
+  EncodeResult encodeSelected(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
+                              std::vector<uint64_t>& idx) const {
+    EncodeResult r;
+    r.nonFiniteIndex = firstNonFinite(in);
+    if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
+    const uint64_t n = in.size(), k = budget_.kFor(n, ctx.kOverride);
+    const RandomKLayout l = randomKLayout(k, flags_);
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.flags = flags_;
+    h.numElements = n;
+    h.count = k;
+    h.payloadBytes = l.total;
+    writeHeader(h, wire);
+    std::byte* payload = wire.data() + kWireHeaderBytes;
+    std::memset(payload, 0, l.total);
+    std::memcpy(payload, &ctx.seed, 8);
+    std::memcpy(payload + 8, &ctx.step, 4);
+    std::memcpy(payload + 12, &ctx.tensorId, 4);
+    const auto perm = scalar::FeistelPermutation::make(n, ctx.seed, ctx.step, ctx.tensorId);
+    idx.resize(k);
+    auto* v32 = reinterpret_cast<float*>(payload + l.valueOffset);
+    auto* v16 = reinterpret_cast<uint16_t*>(payload + l.valueOffset);
+    for (uint64_t j = 0; j < k; ++j) {
+      idx[j] = perm(j);
+      if (flags_ & kFp16Values)
+        v16[j] = scalar::floatToHalfBits(in[idx[j]]);
+      else
+        v32[j] = in[idx[j]];
+    }
+    r.wireBytes = kWireHeaderBytes + l.total;
+    r.entries = k;
+    return r;
+  }
+
+  SparseBudget budget_;
+  uint32_t flags_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeRandomKCodec(const CodecSpec& spec) { return std::make_unique<RandomKCodec>(spec); }
+
+}  // namespace gradcomp

@@ -1,0 +1,114 @@
+// 1-bit codecs: `sign` (scaled sign, per-block mean |x|) and `onebit` (1-bit SGD, per-block means of
+// the non-negative and negative parts). Bit conventions and sign(0) are documented in
+// kernels/cpu/sign_kernels.h. Layout: [per-block scale(s)][1 bit per element, LSB-first].
+#include <cmath>
+
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/sign_kernels.h"
+
+namespace gradcomp {
+namespace {
+
+class SignCodec final : public BlockCodec {
+ public:
+  explicit SignCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 1024)) {}
+  CodecId id() const override { return CodecId::Sign; }
+  CompressorTraits traits() const override { return {}; }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 1); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t&) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      const uint64_t first = begin + off;
+      scales[block] = cpu::encodeSignBlock(x + off, len, first, bits + first / 8);
+    });
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* scales = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    const auto* bits = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      const uint64_t first = begin + off;
+      cpu::decodeSignBlock(bits + first / 8, first % 8, len, scales[block], out + off, accumulate);
+    });
+  }
+};
+
+class OneBitCodec final : public BlockCodec {
+ public:
+  explicit OneBitCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 1024)) {}
+  CodecId id() const override { return CodecId::OneBit; }
+  CompressorTraits traits() const override { return {}; }
+
+ protected:
+  WireHeader headerTemplate() const override {
+    WireHeader h;
+    h.codec = static_cast<uint16_t>(id());
+    h.blockSize = blockSize();
+    return h;
+  }
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 8, 1); }
+  void validateHeaderFields(const WireHeader& h) const override {
+    BlockCodec::validateHeaderFields(h);
+    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext&, uint64_t&) const override {
+    const Sections sec = sections(h);
+    auto* means = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      const uint64_t first = begin + off;
+      const cpu::OneBitMeans m = cpu::encodeOneBitBlock(x + off, len, first % 8, bits + first / 8);
+      means[2 * block] = m.positive;
+      means[2 * block + 1] = m.negative;
+    });
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    const auto* means = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    for (uint64_t b = 0; b < sec.bytes[0] / 8; ++b)
+      GRADCOMP_CHECK(std::isfinite(means[2 * b]) && means[2 * b] >= 0.0f && std::isfinite(means[2 * b + 1]) &&
+                         means[2 * b + 1] <= 0.0f,
+                     DecodeError, name(), ": block ", b, " carries invalid means (", means[2 * b], ", ",
+                     means[2 * b + 1], ")");
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* means = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    const auto* bits = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      const uint64_t first = begin + off;
+      cpu::decodeOneBitBlock(bits + first / 8, first % 8, len, {means[2 * block], means[2 * block + 1]}, out + off,
+                             accumulate);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeSignCodec(const CodecSpec& spec) { return std::make_unique<SignCodec>(spec); }
+std::unique_ptr<Compressor> makeOneBitCodec(const CodecSpec& spec) { return std::make_unique<OneBitCodec>(spec); }
+
+}  // namespace gradcomp

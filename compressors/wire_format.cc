@@ -1,0 +1,84 @@
+#include "compressors/wire_format.h"
+
+#include <cstring>
+
+#include "core/checked_math.h"
+#include "core/error.h"
+
+namespace gradcomp {
+
+const char* codecIdName(uint16_t id) {
+  switch (static_cast<CodecId>(id)) {
+    case CodecId::None: return "none";
+    case CodecId::Fp16: return "fp16";
+    case CodecId::Bf16: return "bf16";
+    case CodecId::Fp8E4M3: return "fp8-e4m3";
+    case CodecId::Fp8E5M2: return "fp8-e5m2";
+    case CodecId::Int8: return "int8";
+    case CodecId::Qsgd: return "qsgd";
+    case CodecId::TernGrad: return "terngrad";
+    case CodecId::TopK: return "topk";
+    case CodecId::RandomK: return "randomk";
+    case CodecId::Threshold: return "threshold";
+    case CodecId::Sign: return "sign";
+    case CodecId::OneBit: return "onebit";
+  }
+  return "unknown";
+}
+
+uint32_t headerChecksum(const WireHeader& h) {
+  unsigned char bytes[sizeof(WireHeader)];
+  std::memcpy(bytes, &h, sizeof(h));
+  uint32_t hash = 2166136261u;
+  for (size_t i = 0; i < offsetof(WireHeader, checksum); ++i) {
+    hash ^= bytes[i];
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+void writeHeader(WireHeader h, std::span<std::byte> wire) {
+  GRADCOMP_CHECK_ARG(wire.size() >= kWireHeaderBytes, "wire buffer of ", wire.size(),
+                     " bytes cannot hold the ", kWireHeaderBytes, "-byte header");
+  h.magic = kWireMagic;
+  h.version = kWireVersion;
+  h.checksum = headerChecksum(h);
+  std::memcpy(wire.data(), &h, sizeof(h));
+}
+
+WireHeader parseHeader(std::span<const std::byte> wire) {
+  GRADCOMP_CHECK(wire.size() >= kWireHeaderBytes, DecodeError, "truncated wire buffer: ", wire.size(),
+                 " bytes, the header alone needs ", kWireHeaderBytes);
+  WireHeader h;
+  std::memcpy(&h, wire.data(), sizeof(h));
+  GRADCOMP_CHECK(h.magic == kWireMagic, DecodeError, "not a gradcomp wire buffer: magic 0x", std::hex, h.magic,
+                 ", expected 0x", kWireMagic);
+  GRADCOMP_CHECK(h.version == kWireVersion, DecodeError, "wire format version ", h.version,
+                 " is not supported (this build reads version ", kWireVersion, ")");
+  GRADCOMP_CHECK(h.checksum == headerChecksum(h), DecodeError, "corrupt wire header: checksum 0x", std::hex,
+                 h.checksum, " does not match its fields (0x", headerChecksum(h), ")");
+  GRADCOMP_CHECK(std::string_view(codecIdName(h.codec)) != "unknown", DecodeError, "unknown codec id ",
+                 h.codec, " in wire header");
+  const auto total = checkedAdd(kWireHeaderBytes, h.payloadBytes);
+  GRADCOMP_CHECK(total && *total <= wire.size(), DecodeError, "truncated wire buffer: header announces ",
+                 h.payloadBytes, " payload bytes but only ", wire.size() - kWireHeaderBytes, " follow it");
+  return h;
+}
+
+uint64_t SectionLayout::add(uint64_t bytes) {
+  const uint64_t offset = total_;
+  const auto padded = checkedAlignUp(bytes, kWireAlign);
+  const auto next = padded ? checkedAdd(total_, *padded) : std::nullopt;
+  GRADCOMP_CHECK(next.has_value(), DecodeError, "wire section sizes overflow 64 bits");
+  total_ = *next;
+  return offset;
+}
+
+uint64_t wireBytesFor(uint64_t count, uint64_t bytesPerElement, const char* what) {
+  const auto r = checkedMul(count, bytesPerElement);
+  GRADCOMP_CHECK(r.has_value(), DecodeError, what, ": ", count, " x ", bytesPerElement,
+                 " bytes overflows 64 bits");
+  return *r;
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,31 @@
+// Block-scaled quantization to FP8 (OCP E4M3 / E5M2) and symmetric int8: one fp32 scale per block,
+// scale = maxCode / amax, with TransformerEngine's rules: amax 0 or non-finite -> 1, an infinite
+// scale (tiny amax) -> FLT_MAX. The wire never carries a scale of 0, Inf or NaN.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/scalar/float_formats.h"
+#include "kernels/scalar/philox.h"
+
+namespace gradcomp::cpu {
+
+float blockScale(float amax, float maxCode);
+float blockAmax(const float* x, size_t n);
+
+// One block: writes codes, returns the scale used; counts saturations (|x*scale| beyond the range).
+float encodeFp8Block(const float* x, size_t n, scalar::Fp8Format fmt, uint8_t* codes, uint64_t& saturated);
+void decodeFp8Block(const uint8_t* codes, size_t n, scalar::Fp8Format fmt, float scale, float* out, bool accumulate);
+// Index of the first NaN/Inf code, or n.
+size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, scalar::Fp8Format fmt);
+
+// Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
+// floor(v + u); nullptr rounds to nearest even.
+float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes);
+void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
+
+// u[i] = uniform01 of element first+i of the stream (first may be any index).
+void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u);
+
+}  // namespace gradcomp::cpu

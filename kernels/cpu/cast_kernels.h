@@ -1,0 +1,21 @@
+// fp32 <-> fp16 / bf16 array conversions (saturating RNE, see kernels/scalar/float_formats.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradcomp::cpu {
+
+// out[i] = fp16(in[i] * prescale); returns how many finite values saturated to +-65504.
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out);
+// out[i] (=|+=) fp16 value * inversePrescale.
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
+
+uint64_t encodeBf16(const float* in, size_t n, uint16_t* out);
+void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
+
+// Index of the first Inf/NaN code, or n.
+size_t firstNonFiniteFp16(const uint16_t* in, size_t n);
+size_t firstNonFiniteBf16(const uint16_t* in, size_t n);
+
+}  // namespace gradcomp::cpu

@@ -1,0 +1,115 @@
+#include "kernels/cpu/topk_select.h"
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "kernels/scalar/host_device.h"
+
+namespace gradcomp::cpu {
+
+using scalar::absBits;
+
+namespace {
+
+// Digits of the 31 magnitude bits, most significant first: 11 + 11 + 9 bits.
+constexpr int kDigitShift[3] = {20, 9, 0};
+constexpr int kDigitBits[3] = {11, 11, 9};
+
+}  // namespace
+
+SelectionThreshold radixSelect(const float* x, size_t n, size_t k) {
+  uint32_t prefix = 0, prefixMask = 0;  // bits fixed by earlier digits
+  size_t remaining = k;                 // how many still to take from elements matching the prefix
+  // Gathering the boundary bucket and finishing with nth_element beats another full histogram pass
+  // once the bucket is this small.
+  const size_t gatherLimit = std::max<size_t>(1u << 16, n / 32);
+  std::vector<uint64_t> hist;  // 64-bit counts: n may exceed 2^32
+  for (int level = 0; level < 3; ++level) {
+    const int shift = kDigitShift[level];
+    const uint32_t bins = 1u << kDigitBits[level];
+    hist.assign(bins, 0);
+    if (prefixMask == 0) {
+      for (size_t i = 0; i < n; ++i) ++hist[absBits(x[i]) >> shift];
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t a = absBits(x[i]);
+        if ((a & prefixMask) == prefix) ++hist[(a >> shift) & (bins - 1)];
+      }
+    }
+    // Inf and NaN land in the top bins of the first digit: the check costs nothing extra.
+    if (level == 0 && std::any_of(hist.begin() + (0x7f800000u >> shift), hist.end(), [](uint64_t c) { return c != 0; })) {
+      SelectionThreshold bad;
+      bad.nonFinite = true;
+      return bad;
+    }
+    // Walk bins from the largest magnitudes down to the one holding the k-th largest.
+    uint32_t d = bins - 1;
+    for (;; --d) {
+      if (hist[d] >= remaining) break;
+      remaining -= hist[d];
+    }
+    prefix |= d << shift;
+    prefixMask |= (bins - 1) << shift;
+    if (level == 2) return SelectionThreshold{prefix, remaining};  // all 31 bits fixed
+    if (hist[d] <= gatherLimit) {
+      std::vector<uint32_t> cand;
+      cand.reserve(hist[d]);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t a = absBits(x[i]);
+        if ((a & prefixMask) == prefix) cand.push_back(a);
+      }
+      std::nth_element(cand.begin(), cand.begin() + static_cast<ptrdiff_t>(remaining - 1), cand.end(),
+                       std::greater<uint32_t>());
+      const uint32_t t = cand[remaining - 1];
+      const size_t above = static_cast<size_t>(std::count_if(cand.begin(), cand.end(), [t](uint32_t a) { return a > t; }));
+      return SelectionThreshold{t, remaining - above};
+    }
+  }
+  return SelectionThreshold{prefix, remaining};
+}
+
+template <typename Index>
+size_t gatherSelected(const float* x, size_t n, SelectionThreshold t, size_t cap, Index* indices, float* values) {
+  size_t out = 0;
+  uint64_t equalLeft = t.takeEqual;
+  constexpr size_t kChunk = 16;
+  size_t i = 0;
+  for (; i < n && out < cap; i += kChunk) {
+    const size_t end = std::min(n, i + kChunk);
+    uint32_t m = 0;
+    for (size_t j = i; j < end; ++j) m = std::max(m, absBits(x[j]));
+    if (m < t.bits) continue;  // the common case at small k: skip 16 elements with one compare
+    for (size_t j = i; j < end && out < cap; ++j) {
+      const uint32_t a = absBits(x[j]);
+      const bool take = a > t.bits || (a == t.bits && equalLeft > 0);
+      if (!take) continue;
+      if (a == t.bits && equalLeft != UINT64_MAX) --equalLeft;
+      indices[out] = static_cast<Index>(j);
+      values[out] = x[j];
+      ++out;
+    }
+  }
+  return out;
+}
+
+template size_t gatherSelected<uint32_t>(const float*, size_t, SelectionThreshold, size_t, uint32_t*, float*);
+template size_t gatherSelected<uint64_t>(const float*, size_t, SelectionThreshold, size_t, uint64_t*, float*);
+
+uint32_t sampledThreshold(const float* x, size_t n, size_t k, size_t minSample, uint64_t offset) {
+  constexpr double kSampledHits = 2048;
+  const double fraction = static_cast<double>(k) / static_cast<double>(n);
+  const size_t want = std::max<size_t>(minSample, static_cast<size_t>(kSampledHits / fraction));
+  const size_t stride = std::max<size_t>(1, n / std::max<size_t>(1, want));
+  std::vector<float> sample;
+  sample.reserve(n / stride + 1);
+  for (size_t i = offset % stride; i < n; i += stride)
+    if (scalar::isFiniteBits(absBits(x[i]))) sample.push_back(x[i]);
+  if (sample.empty()) return 0;
+  // Keep the same fraction of the sample as k is of n (at least one).
+  size_t ks = static_cast<size_t>(fraction * static_cast<double>(sample.size()) + 0.5);
+  ks = std::clamp<size_t>(ks, 1, sample.size());
+  return radixSelect(sample.data(), sample.size(), ks).bits;
+}
+
+}  // namespace gradcomp::cpu

@@ -1,0 +1,303 @@
+// Error-feedback policies: their invariants with every codec, boundedness over long runs, bitwise
+// checkpoint/resume, and the non-finite / poisoned-state / shape-change rules (RELIABILITY rows 7,
+// 18, 19, 24).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "compressors/error_feedback.h"
+#include "compressors/registry.h"
+#include "core/error.h"
+#include "tests/compressors/codec_test_util.h"
+
+namespace gradcomp {
+namespace {
+
+using testing::normalVector;
+
+struct Step {
+  std::vector<std::byte> wire;
+  CompressOutcome outcome;
+};
+
+Step runStep(ErrorFeedback& ef, const Compressor& c, const std::vector<float>& g, const EncodeContext& ctx) {
+  const size_t cap = ef.maxEncodedBytes(c, g.size(), ctx);
+  testing::WireBuffer buf(cap);
+  Step s;
+  s.outcome = ef.compress(c, g, buf.span(cap), ctx);
+  const auto used = buf.span(s.outcome.encoded.wireBytes);
+  s.wire.assign(used.begin(), used.end());
+  return s;
+}
+
+double norm(std::span<const float> v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return std::sqrt(s);
+}
+
+const std::vector<std::string> kCodecs = {"fp16", "bf16", "fp8-e4m3", "int8", "qsgd:bits=8", "terngrad", "topk:ratio=0.05",
+                                          "randomk:ratio=0.05", "threshold:ratio=0.05", "sign", "onebit"};
+
+class PolicyWithCodec : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PolicyWithCodec, EfInvariantInputPlusResidualEqualsDecodePlusNewResidual) {
+  auto c = makeCompressor(GetParam());
+  auto ef = ErrorFeedback::make("ef");
+  const size_t n = 3001;
+  EncodeContext ctx;
+  for (uint32_t step = 0; step < 5; ++step) {
+    ctx.step = step;
+    const auto g = normalVector(n, step);
+    const std::vector<float> before(ef->stateBuffer(0, 0).begin(), ef->stateBuffer(0, 0).end());
+    const Step s = runStep(*ef, *c, g, ctx);
+    const auto d = testing::decodeToVector(*c, s.wire, n);
+    const auto after = ef->stateBuffer(0, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const float e0 = before.empty() ? 0.0f : before[i];
+      const double lhs = double(g[i]) + e0, rhs = double(d[i]) + after[i];
+      // Two fp32 roundings (c = g + e, e' = c - d): within 2 ulps of the largest magnitude involved.
+      const double scale = std::max({std::fabs(g[i]), std::fabs(e0), std::fabs(d[i])});
+      ASSERT_LE(std::fabs(lhs - rhs), scale * 2.4e-7) << GetParam() << " step " << step << " i " << i;
+    }
+  }
+}
+
+TEST_P(PolicyWithCodec, Ef21EstimateMovesByExactlyTheDecodedMessage) {
+  auto c = makeCompressor(GetParam());
+  auto ef = ErrorFeedback::make("ef21");
+  const size_t n = 2048;
+  EncodeContext ctx;
+  std::vector<float> h(n, 0.0f);
+  for (uint32_t step = 0; step < 4; ++step) {
+    ctx.step = step;
+    const auto g = normalVector(n, 50 + step);
+    const Step s = runStep(*ef, *c, g, ctx);
+    // The message encodes g - h: re-encoding g - h directly gives the same bytes.
+    std::vector<float> diff(n);
+    for (size_t i = 0; i < n; ++i) diff[i] = g[i] - h[i];
+    EXPECT_EQ(s.wire, testing::encodeToVector(*c, diff, ctx)) << "step " << step;
+    const auto d = testing::decodeToVector(*c, s.wire, n);
+    const auto negH = ef->stateBuffer(0, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const double expect = double(h[i]) + d[i];
+      ASSERT_LE(std::fabs(-negH[i] - expect), std::max(1.0, std::fabs(expect)) * 5e-7) << i;
+      h[i] = -negH[i];
+    }
+    // finish(): the shared estimate accumulates the reduced messages.
+    std::vector<float> reduced = d;
+    ef->finish(0, reduced);
+  }
+}
+
+TEST_P(PolicyWithCodec, DgcVelocityInvariantAndFactorMasking) {
+  auto c = makeCompressor(GetParam());
+  auto ef = ErrorFeedback::make("dgc:momentum=0.9");
+  const size_t n = 2048;
+  EncodeContext ctx;
+  std::vector<float> u(n, 0.0f), v(n, 0.0f);
+  for (uint32_t step = 0; step < 4; ++step) {
+    ctx.step = step;
+    const auto g = normalVector(n, 80 + step);
+    const Step s = runStep(*ef, *c, g, ctx);
+    const auto d = testing::decodeToVector(*c, s.wire, n);
+    const auto uAfter = ef->stateBuffer(0, 0), vAfter = ef->stateBuffer(0, 1);
+    for (size_t i = 0; i < n; ++i) {
+      const float uNew = 0.9f * u[i] + g[i];
+      const double lhs = double(v[i]) + uNew, rhs = double(d[i]) + vAfter[i];
+      ASSERT_LE(std::fabs(lhs - rhs), std::max({std::fabs(v[i]), std::fabs(uNew), std::fabs(d[i])}) * 2.4e-7) << i;
+      ASSERT_EQ(uAfter[i], d[i] != 0.0f ? 0.0f : uNew) << i;  // momentum masked where sent
+      u[i] = uAfter[i];
+      v[i] = vAfter[i];
+    }
+  }
+}
+
+TEST_P(PolicyWithCodec, ResidualStaysBoundedOverALongRun) {
+  auto c = makeCompressor(GetParam());
+  auto ef = ErrorFeedback::make("ef");
+  const size_t n = 1000;
+  EncodeContext ctx;
+  double at500 = 0, maxSeen = 0;
+  for (uint32_t step = 0; step < 1000; ++step) {
+    ctx.step = step;
+    runStep(*ef, *c, normalVector(n, 1000 + step), ctx);
+    const double e = norm(ef->stateBuffer(0, 0));
+    maxSeen = std::max(maxSeen, e);
+    if (step == 499) at500 = e;
+  }
+  // ||g|| ~ sqrt(1000) ~ 32. A delta-contractive codec keeps ||e|| <= 2/delta ||g||; 5 % top-k gives
+  // delta = 0.05. Linear growth would reach ~1000x ||g|| here.
+  const double gNorm = std::sqrt(double(n));
+  EXPECT_LT(maxSeen, 60 * gNorm) << GetParam();
+  EXPECT_LT(norm(ef->stateBuffer(0, 0)), 2.0 * at500 + 5 * gNorm) << GetParam();
+  EXPECT_EQ(ef->resets(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, PolicyWithCodec, ::testing::ValuesIn(kCodecs), [](const auto& p) {
+  std::string s = p.param;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+});
+
+TEST(ErrorFeedback, CheckpointResumeIsBitwiseIdentical) {
+  for (const char* policy : {"ef", "ef21", "dgc:momentum=0.9,warmup=4"}) {
+    auto c = makeCompressor("topk:ratio=0.1");
+    auto a = ErrorFeedback::make(policy);
+    const size_t n = 777;
+    EncodeContext ctx;
+    std::stringstream checkpoint;
+    std::vector<std::vector<std::byte>> uninterrupted;
+    for (uint32_t step = 0; step < 8; ++step) {
+      if (step == 4) a->save(checkpoint);
+      ctx.step = step;
+      for (uint32_t t = 0; t < 2; ++t) {
+        ctx.tensorId = t;
+        uninterrupted.push_back(runStep(*a, *c, normalVector(n + t, step * 2 + t), ctx).wire);
+      }
+    }
+    auto b = ErrorFeedback::make(policy);
+    b->load(checkpoint);
+    size_t k = 8;
+    for (uint32_t step = 4; step < 8; ++step) {
+      ctx.step = step;
+      for (uint32_t t = 0; t < 2; ++t) {
+        ctx.tensorId = t;
+        EXPECT_EQ(runStep(*b, *c, normalVector(n + t, step * 2 + t), ctx).wire, uninterrupted[k++]) << policy;
+      }
+    }
+  }
+}
+
+TEST(ErrorFeedback, LoadRejectsAnotherPolicyOrTruncatedState) {
+  auto ef = ErrorFeedback::make("ef");
+  auto c = makeCompressor("sign");
+  runStep(*ef, *c, normalVector(10, 1), {});
+  std::stringstream s;
+  ef->save(s);
+  const std::string bytes = s.str();
+  std::stringstream wrong(bytes);
+  EXPECT_THROW(ErrorFeedback::make("dgc")->load(wrong), InvalidArgument);
+  std::stringstream cut(bytes.substr(0, bytes.size() - 3));
+  EXPECT_THROW(ErrorFeedback::make("ef")->load(cut), InvalidArgument);
+  std::stringstream junk("not a state file at all");
+  EXPECT_THROW(ErrorFeedback::make("ef")->load(junk), InvalidArgument);
+}
+
+TEST(ErrorFeedback, NonFiniteGradientIsAnErrorAndLeavesTheResidualAlone) {
+  auto c = makeCompressor("int8");
+  auto ef = ErrorFeedback::make("ef");
+  EncodeContext ctx;
+  ctx.tensorId = 12;
+  runStep(*ef, *c, normalVector(100, 1), ctx);
+  const std::vector<float> before(ef->stateBuffer(12, 0).begin(), ef->stateBuffer(12, 0).end());
+  for (size_t where : {size_t{0}, size_t{50}, size_t{99}}) {
+    auto g = normalVector(100, 2);
+    g[where] = NAN;
+    try {
+      runStep(*ef, *c, g, ctx);
+      FAIL();
+    } catch (const NonFiniteError& e) {
+      EXPECT_EQ(e.tensorId(), 12u);
+      EXPECT_EQ(e.index(), where);
+      EXPECT_NE(std::string(e.what()).find("tensor 12"), std::string::npos);
+    }
+    const auto after = ef->stateBuffer(12, 0);
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+  }
+}
+
+TEST(ErrorFeedback, SkipPolicySendsZerosAndKeepsTheResidual) {
+  auto c = makeCompressor("fp16");
+  auto ef = ErrorFeedback::make("ef:nonfinite=skip");
+  runStep(*ef, *c, normalVector(64, 1), {});
+  const std::vector<float> before(ef->stateBuffer(0, 0).begin(), ef->stateBuffer(0, 0).end());
+  auto g = normalVector(64, 2);
+  g[63] = -INFINITY;
+  const Step s = runStep(*ef, *c, g, {});
+  EXPECT_TRUE(s.outcome.skipped);
+  for (float v : testing::decodeToVector(*c, s.wire, 64)) EXPECT_EQ(v, 0.0f);
+  const auto after = ef->stateBuffer(0, 0);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+}
+
+TEST(ErrorFeedback, OverflowingResidualIsResetWithAWarning) {
+  // top-1 of 16 equal values near fp32 max: the 15 unsent residuals double each step and overflow to
+  // Inf on the second, although every gradient is finite.
+  auto c = makeCompressor("topk:k=1");
+  auto ef = ErrorFeedback::make("ef:limit=3.4e38");  // above the default limit of 1e30 on purpose
+  std::vector<std::string> warnings;
+  ef->setWarningSink([&](const std::string& w) { warnings.push_back(w); });
+  const std::vector<float> g(16, 3e38f);
+  EXPECT_FALSE(runStep(*ef, *c, g, {}).outcome.residualReset);
+  EXPECT_TRUE(runStep(*ef, *c, g, {}).outcome.residualReset);
+  EXPECT_EQ(ef->resets(), 1u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("non-finite"), std::string::npos) << warnings[0];
+  for (float e : ef->stateBuffer(0, 0)) EXPECT_TRUE(std::isfinite(e));
+}
+
+TEST(ErrorFeedback, ResidualBeyondTheLimitIsResetWithAWarning) {
+  auto c = makeCompressor("topk:k=1");
+  auto ef = ErrorFeedback::make("ef:limit=1e6");
+  std::vector<std::string> warnings;
+  ef->setWarningSink([&](const std::string& w) { warnings.push_back(w); });
+  const std::vector<float> g(16, 4e5f);
+  EXPECT_FALSE(runStep(*ef, *c, g, {}).outcome.residualReset);  // 4e5
+  EXPECT_FALSE(runStep(*ef, *c, g, {}).outcome.residualReset);  // 8e5
+  EXPECT_TRUE(runStep(*ef, *c, g, {}).outcome.residualReset);   // 1.2e6 > limit
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("exceeded"), std::string::npos) << warnings[0];
+  for (float e : ef->stateBuffer(0, 0)) EXPECT_EQ(e, 0.0f);
+}
+
+TEST(ErrorFeedback, ShapeChangeIsAnErrorOrAnExplicitReset) {
+  auto c = makeCompressor("bf16");
+  auto strict = ErrorFeedback::make("ef");
+  runStep(*strict, *c, normalVector(10, 1), {});
+  try {
+    runStep(*strict, *c, normalVector(12, 1), {});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("state for 10 elements but the gradient has 12"), std::string::npos);
+  }
+  strict->reset(0);
+  EXPECT_NO_THROW(runStep(*strict, *c, normalVector(12, 1), {}));
+  auto lenient = ErrorFeedback::make("ef:shape=reset");
+  std::vector<std::string> warnings;
+  lenient->setWarningSink([&](const std::string& w) { warnings.push_back(w); });
+  runStep(*lenient, *c, normalVector(10, 1), {});
+  runStep(*lenient, *c, normalVector(12, 1), {});
+  EXPECT_EQ(lenient->stateBuffer(0, 0).size(), 12u);
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST(ErrorFeedback, DgcWarmupSendsMoreEntriesEarly) {
+  auto c = makeCompressor("topk:ratio=0.001");
+  auto ef = ErrorFeedback::make("dgc:warmup=8");
+  const size_t n = 10000;
+  std::vector<uint64_t> counts;
+  for (uint32_t step = 0; step < 10; ++step) {
+    EncodeContext ctx;
+    ctx.step = step;
+    counts.push_back(runStep(*ef, *c, normalVector(n, step), ctx).outcome.encoded.entries);
+  }
+  EXPECT_EQ(counts[0], 2500u);  // 25 %
+  EXPECT_EQ(counts[2], 625u);   // 6.25 %
+  EXPECT_EQ(counts[4], 157u);   // 1.5625 %, rounded up
+  EXPECT_EQ(counts[6], 40u);    // 0.39 %
+  EXPECT_EQ(counts[9], 10u);    // the codec's own 0.1 %
+}
+
+TEST(ErrorFeedback, UnknownPolicyAndBadOptionsAreRejected) {
+  EXPECT_THROW(ErrorFeedback::make("ef3"), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("ef:nonfinite=ignore"), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("dgc:momentum=1.5"), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("ef:limit=-1"), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("none:warmup=3"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradcomp

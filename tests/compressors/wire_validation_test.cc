@@ -1,0 +1,241 @@
+// Malformed wire buffers (RELIABILITY.md rows 13-15): every one is a DecodeError naming the problem,
+// raised before anything is written to the output.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+
+#include "compressors/registry.h"
+#include "core/error.h"
+#include "tests/compressors/codec_test_util.h"
+
+namespace gradcomp {
+namespace {
+
+using testing::encodeToVector;
+using testing::normalVector;
+
+WireHeader headerOf(const std::vector<std::byte>& w) {
+  WireHeader h;
+  std::memcpy(&h, w.data(), sizeof h);
+  return h;
+}
+
+// Rewrites header fields and re-signs the checksum, as a buggy (not random) sender would.
+void rewrite(std::vector<std::byte>& w, const std::function<void(WireHeader&)>& edit) {
+  WireHeader h = headerOf(w);
+  edit(h);
+  h.checksum = headerChecksum(h);
+  std::memcpy(w.data(), &h, sizeof h);
+}
+
+// Expects a DecodeError mentioning `text`, and `out` untouched (both modes).
+void expectRejected(const Compressor& c, const std::vector<std::byte>& w, size_t n, const std::string& text) {
+  for (DecodeMode mode : {DecodeMode::Overwrite, DecodeMode::Accumulate}) {
+    std::vector<float> out(n, 42.0f);
+    try {
+      c.decode(w, out, mode);
+      ADD_FAILURE() << c.name() << ": accepted a buffer that should fail with '" << text << "'";
+    } catch (const DecodeError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << "message: " << e.what();
+    }
+    for (float v : out) ASSERT_EQ(v, 42.0f) << "decode wrote before failing";
+  }
+}
+
+class EveryCodec : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryCodec, EveryTruncationIsRejected) {
+  auto c = makeCompressor(GetParam());
+  const size_t n = 37;
+  const auto wire = encodeToVector(*c, normalVector(n, 1));
+  for (size_t len = 0; len < wire.size(); ++len) {
+    std::vector<std::byte> cut(wire.begin(), wire.begin() + static_cast<ptrdiff_t>(len));
+    expectRejected(*c, cut, n, "truncated");
+  }
+}
+
+TEST_P(EveryCodec, EveryHeaderBitFlipIsRejected) {
+  auto c = makeCompressor(GetParam());
+  const size_t n = 37;
+  const auto wire = encodeToVector(*c, normalVector(n, 2));
+  for (size_t byte = 0; byte < kWireHeaderBytes; ++byte) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      auto w = wire;
+      w[byte] ^= std::byte(1u << bit);
+      std::vector<float> out(n, 42.0f);
+      EXPECT_THROW(c->decode(w, out, DecodeMode::Accumulate), DecodeError) << "byte " << byte << " bit " << bit;
+      for (float v : out) ASSERT_EQ(v, 42.0f);
+    }
+  }
+}
+
+TEST_P(EveryCodec, ConsistentButWrongHeaderFieldsAreNamed) {
+  auto c = makeCompressor(GetParam());
+  const size_t n = 37;
+  const auto wire = encodeToVector(*c, normalVector(n, 3));
+  auto w = wire;
+  rewrite(w, [](WireHeader& h) { h.version = 2; });
+  expectRejected(*c, w, n, "version 2");
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.codec = 999; });
+  expectRejected(*c, w, n, "unknown codec id 999");
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.numElements = 36; });
+  expectRejected(*c, w, n, "");
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.payloadBytes += 16; });
+  expectRejected(*c, w, n, "truncated");
+  w = wire;
+  w.resize(w.size() + 16);  // room for it: now the size no longer matches the layout
+  rewrite(w, [](WireHeader& h) { h.payloadBytes += 16; });
+  expectRejected(*c, w, n, "payload bytes");
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.flags ^= 0x100; });
+  expectRejected(*c, w, n, "");
+  // Element count x size overflowing 64 bits: caught by inspect(), before any allocation.
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.numElements = std::numeric_limits<uint64_t>::max() / 2; });
+  if (std::string(c->name()) != "randomk") {  // its payload does not grow with n: a valid header
+    EXPECT_THROW(c->inspect(w), DecodeError);
+  }
+  // Output of the wrong size: named.
+  std::vector<float> small(n - 1, 42.0f);
+  try {
+    c->decode(wire, small, DecodeMode::Overwrite);
+    FAIL();
+  } catch (const DecodeError& e) {
+    EXPECT_NE(std::string(e.what()).find("output has 36"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(EveryCodec, PayloadFromAnotherCodecNamesBoth) {
+  auto c = makeCompressor(GetParam());
+  const std::string other = std::string(c->name()) == "fp16" ? "bf16" : "fp16";
+  const auto wire = encodeToVector(*makeCompressor(other), normalVector(9, 4));
+  expectRejected(*c, wire, 9, "wire holds codec '" + other + "'");
+  expectRejected(*c, wire, 9, std::string("this decoder is '") + c->name() + "'");
+}
+
+TEST_P(EveryCodec, MisalignedBufferDecodesTheSame) {
+  auto c = makeCompressor(GetParam());
+  const auto wire = encodeToVector(*c, normalVector(100, 5));
+  std::vector<std::byte> shifted(wire.size() + 1);
+  std::memcpy(shifted.data() + 1, wire.data(), wire.size());
+  std::vector<float> a(100), b(100);
+  c->decode(wire, a, DecodeMode::Overwrite);
+  c->decode(std::span<const std::byte>(shifted).subspan(1), b, DecodeMode::Overwrite);
+  EXPECT_EQ(a, b);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EveryCodec, ::testing::ValuesIn(codecNames()), [](const auto& p) {
+  std::string s = p.param;
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+});
+
+// Payload-level corruption, codec by codec (the header stays valid).
+template <typename T>
+void poke(std::vector<std::byte>& w, size_t offset, T value) {
+  std::memcpy(w.data() + offset, &value, sizeof(T));
+}
+
+TEST(PayloadValidation, SparseIndicesOutOfRangeDuplicatedOrUnsorted) {
+  auto c = makeCompressor("topk:k=3");
+  const std::vector<float> x = {5, 0, 0, 4, 0, 0, 3, 0, 0, 0};
+  const auto wire = encodeToVector(*c, x);  // indices 0, 3, 6 at payload offset 48
+  auto w = wire;
+  poke<uint32_t>(w, 48 + 8, 10);
+  expectRejected(*c, w, 10, "index 10, outside [0, 10)");
+  w = wire;
+  poke<uint32_t>(w, 48 + 4, 0);
+  expectRejected(*c, w, 10, "duplicate or unsorted");
+  w = wire;
+  poke<uint32_t>(w, 48 + 0, 4);
+  expectRejected(*c, w, 10, "duplicate or unsorted");
+  w = wire;
+  poke<float>(w, 48 + 16, NAN);  // values section at 16
+  expectRejected(*c, w, 10, "non-finite value");
+  w = wire;
+  rewrite(w, [](WireHeader& h) { h.count = 11; });
+  expectRejected(*c, w, 10, "11 entries for 10 elements");
+}
+
+TEST(PayloadValidation, CodesOutsideTheFormat) {
+  const std::vector<float> x = normalVector(16, 6);
+  struct Case {
+    const char* spec;
+    size_t offset;  // from the wire start
+    uint8_t byte;
+    const char* message;
+  };
+  // Layouts: [scales: 1 block -> 16 bytes][codes] after the 48-byte header.
+  for (const Case& k : {Case{"int8", 64 + 3, 0x80, "code -128 at element 3"},
+                        Case{"fp8-e4m3", 64 + 5, 0x7f, "NaN/Inf code at element 5"},
+                        Case{"fp8-e5m2", 64 + 5, 0xfc, "NaN/Inf code at element 5"},
+                        Case{"terngrad", 64 + 1, 0x30, "code 3 at element 6"},
+                        Case{"fp16", 48 + 2 * 7 + 1, 0x7c, "Inf/NaN code at element 7"},
+                        Case{"bf16", 48 + 2 * 2 + 1, 0xff, "Inf/NaN code at element 2"}}) {
+    auto c = makeCompressor(k.spec);
+    auto w = encodeToVector(*c, x);
+    if (std::string(k.spec) == "fp16" || std::string(k.spec) == "bf16") w[k.offset - 1] = std::byte{0x80};
+    w[k.offset] = std::byte{k.byte};
+    expectRejected(*c, w, x.size(), k.message);
+  }
+}
+
+TEST(PayloadValidation, ScalesThatAreZeroInfOrNaN) {
+  const std::vector<float> x = normalVector(16, 7);
+  for (const char* spec : {"fp8-e4m3", "fp8-e5m2", "int8"}) {
+    auto c = makeCompressor(spec);
+    const auto wire = encodeToVector(*c, x);
+    for (float bad : {0.0f, -1.0f, INFINITY, NAN}) {
+      auto w = wire;
+      poke<float>(w, 48, bad);
+      expectRejected(*c, w, x.size(), "block 0 carries an invalid scale");
+    }
+  }
+  for (const char* spec : {"sign", "qsgd", "terngrad"}) {  // zero is a valid scale for these
+    auto c = makeCompressor(spec);
+    auto w = encodeToVector(*c, x);
+    poke<float>(w, 48, NAN);
+    expectRejected(*c, w, x.size(), "invalid scale");
+  }
+  auto onebit = makeCompressor("onebit");
+  auto w = encodeToVector(*onebit, x);
+  poke<float>(w, 48, -1.0f);  // the positive mean cannot be negative
+  expectRejected(*onebit, w, x.size(), "invalid means");
+  auto none = makeCompressor("none");
+  w = encodeToVector(*none, x);
+  poke<float>(w, 48 + 4 * 9, INFINITY);
+  expectRejected(*none, w, x.size(), "non-finite value at element 9");
+}
+
+TEST(PayloadValidation, Fp8FlavourMismatchNamesBoth) {
+  auto c = makeCompressor("fp8-e4m3");
+  auto w = encodeToVector(*c, normalVector(8, 8));
+  rewrite(w, [](WireHeader& h) { h.flags = 1; });
+  expectRejected(*c, w, 8, "flavour fnuz");
+  expectRejected(*c, w, 8, "flavour ocp");
+}
+
+TEST(PayloadValidation, NotAGradcompBuffer) {
+  auto c = makeCompressor("none");
+  std::vector<std::byte> junk(64, std::byte{0x11});
+  expectRejected(*c, junk, 4, "not a gradcomp wire buffer");
+}
+
+TEST(EncodeArguments, BufferTooSmallOrMisalignedIsAnError) {
+  auto c = makeCompressor("fp16");
+  const auto x = normalVector(10, 9);
+  testing::WireBuffer buf(256);
+  EXPECT_THROW(c->encode(x, buf.span(c->maxEncodedBytes(10) - 1), {}), InvalidArgument);
+  EXPECT_THROW(c->encode(x, buf.span(200).subspan(1), {}), InvalidArgument);
+  ExecContext gpu;
+  gpu.device = Device::Cuda;
+  EXPECT_THROW(c->encode(x, buf.span(200), {}, gpu), BackendUnavailable);
+}
+
+}  // namespace
+}  // namespace gradcomp
