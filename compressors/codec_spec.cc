@@ -55,7 +55,7 @@ std::string CodecSpec::getChoice(const std::string& key, const std::string& fall
     if (a == v) return v;
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : "|") + a;
-  GRADCOMP_THROW(InvalidArgument, "codec '", name_, "': ", key, "=", v, " is not one of ", list);
+  GRADCOMP_THROW(InvalidArgument, "'", name_, "': ", key, "=", v, " is not one of ", list);
 }
 
 uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const {
@@ -64,9 +64,9 @@ uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t 
   errno = 0;
   char* end = nullptr;
   const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  GRADCOMP_CHECK_ARG(errno == 0 && end && *end == '\0' && !v.empty() && v[0] != '-', "codec '", name_, "': ",
+  GRADCOMP_CHECK_ARG(errno == 0 && end && *end == '\0' && !v.empty() && v[0] != '-', "'", name_, "': ",
                      key, "=", v, " is not a non-negative integer");
-  GRADCOMP_CHECK_ARG(x >= min && x <= max, "codec '", name_, "': ", key, "=", v, " is outside [", min, ", ",
+  GRADCOMP_CHECK_ARG(x >= min && x <= max, "'", name_, "': ", key, "=", v, " is outside [", min, ", ",
                      max, "]");
   return x;
 }
@@ -77,9 +77,9 @@ double CodecSpec::getDouble(const std::string& key, double fallback, double minE
   const std::string v = getString(key, "");
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  GRADCOMP_CHECK_ARG(end && *end == '\0' && !v.empty() && std::isfinite(x), "codec '", name_, "': ", key, "=",
+  GRADCOMP_CHECK_ARG(end && *end == '\0' && !v.empty() && std::isfinite(x), "'", name_, "': ", key, "=",
                      v, " is not a finite number");
-  GRADCOMP_CHECK_ARG(x > minExclusive && x <= maxInclusive, "codec '", name_, "': ", key, "=", v,
+  GRADCOMP_CHECK_ARG(x > minExclusive && x <= maxInclusive, "'", name_, "': ", key, "=", v,
                      " is outside (", minExclusive, ", ", maxInclusive, "]");
   return x;
 }
@@ -91,7 +91,7 @@ bool CodecSpec::getBool(const std::string& key, bool fallback) const {
 
 void CodecSpec::checkAllUsed() const {
   for (const auto& [k, v] : params_)
-    GRADCOMP_CHECK_ARG(used_.count(k), "codec '", name_, "' has no parameter '", k, "'");
+    GRADCOMP_CHECK_ARG(used_.count(k), "'", name_, "' has no parameter '", k, "'");
 }
 
 }  // namespace gradcomp

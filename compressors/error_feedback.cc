@@ -32,7 +32,7 @@ ErrorFeedback::ErrorFeedback(const CodecSpec& spec, int numBuffers)
       numBuffers_(numBuffers),
       skipNonFinite_(spec.getChoice("nonfinite", "error", {"error", "skip"}) == "skip"),
       resetOnShapeChange_(spec.getChoice("shape", "error", {"error", "reset"}) == "reset"),
-      limit_(static_cast<float>(spec.getDouble("limit", 1e30, 0.0, 3.0e38))) {}
+      limit_(static_cast<float>(spec.getDouble("limit", 1e30, 0.0, 3.4028234e38))) {}
 
 void ErrorFeedback::warn(const std::string& message) const {
   if (warn_)
