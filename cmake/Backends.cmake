@@ -29,7 +29,7 @@ if(GRADCOMP_HAVE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual)
   endif()
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD 17)  # the CUDA sources need C++17; CMake 3.25 has no CUDA20 dialect for nvcc
   find_package(CUDAToolkit REQUIRED)
 endif()
 
