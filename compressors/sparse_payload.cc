@@ -36,20 +36,22 @@ size_t writeSparseWire(WireHeader h, const uint64_t* indices, const float* value
   h.payloadBytes = l.total;
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
-  std::memset(payload, 0, l.total);  // padding bytes are part of the deterministic output
-  for (uint64_t i = 0; i < h.count; ++i) {
-    if (l.wideIndices) {
-      std::memcpy(payload + l.indexOffset + 8 * i, &indices[i], 8);
-    } else {
-      const uint32_t idx = static_cast<uint32_t>(indices[i]);
-      std::memcpy(payload + l.indexOffset + 4 * i, &idx, 4);
-    }
-    if (l.fp16Values) {
-      const uint16_t hv = scalar::floatToHalfBits(values[i]);
-      std::memcpy(payload + l.valueOffset + 2 * i, &hv, 2);
-    } else {
-      std::memcpy(payload + l.valueOffset + 4 * i, &values[i], 4);
-    }
+  const uint64_t n = h.count;
+  const uint64_t indexBytes = n * (l.wideIndices ? 8 : 4), valueBytes = n * (l.fp16Values ? 2 : 4);
+  // Padding bytes are part of the deterministic output: zero exactly those.
+  std::memset(payload + l.indexOffset + indexBytes, 0, l.valueOffset - l.indexOffset - indexBytes);
+  std::memset(payload + l.valueOffset + valueBytes, 0, l.total - l.valueOffset - valueBytes);
+  if (l.wideIndices) {
+    std::memcpy(payload + l.indexOffset, indices, indexBytes);
+  } else {
+    auto* idx32 = reinterpret_cast<uint32_t*>(payload + l.indexOffset);
+    for (uint64_t i = 0; i < n; ++i) idx32[i] = static_cast<uint32_t>(indices[i]);
+  }
+  if (l.fp16Values) {
+    auto* v16 = reinterpret_cast<uint16_t*>(payload + l.valueOffset);
+    for (uint64_t i = 0; i < n; ++i) v16[i] = scalar::floatToHalfBits(values[i]);
+  } else {
+    std::memcpy(payload + l.valueOffset, values, valueBytes);
   }
   return kWireHeaderBytes + l.total;
 }
@@ -118,13 +120,26 @@ void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<f
 SparseSelection selectTopK(std::span<const float> x, uint64_t k) {
   SparseSelection sel;
   if (k == 0) return sel;
+  sel.indices.resize(k);
+  sel.values.resize(k);
+  switch (cpu::sampledTopK(x.data(), x.size(), k, sel.indices.data(), sel.values.data())) {
+    case cpu::SampledTopK::Done:
+      return sel;
+    case cpu::SampledTopK::NonFinite:
+      sel.indices.clear();
+      sel.values.clear();
+      sel.nonFiniteIndex = firstNonFinite(x);
+      return sel;
+    case cpu::SampledTopK::Fallback:
+      break;
+  }
   const cpu::SelectionThreshold t = cpu::radixSelect(x.data(), x.size(), k);
   if (t.nonFinite) {
+    sel.indices.clear();
+    sel.values.clear();
     sel.nonFiniteIndex = firstNonFinite(x);
     return sel;
   }
-  sel.indices.resize(k);
-  sel.values.resize(k);
   const size_t got = cpu::gatherSelected<uint64_t>(x.data(), x.size(), t, k, sel.indices.data(), sel.values.data());
   GRADCOMP_CHECK(got == k, Error, "top-k selected ", got, " entries instead of ", k);
   return sel;

@@ -30,12 +30,12 @@ class ThresholdCodec final : public IndexValueCodec {
     const uint64_t n = x.size(), k = budget().kFor(n, ctx.kOverride);
     if (k == 0) return sel;
     const auto stream = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId);
-    const cpu::SelectionThreshold t{cpu::sampledThreshold(x.data(), n, k, sampleSize_, stream.word(0)), UINT64_MAX};
+    const uint32_t t = cpu::sampledThreshold(x.data(), n, k, sampleSize_, stream.word(0));
     const uint64_t cap = capacity(n, ctx);
     // Gather one more than the capacity to learn whether the estimate overshot.
     sel.indices.resize(cap + 1);
     sel.values.resize(cap + 1);
-    const size_t got = cpu::gatherSelected<uint64_t>(x.data(), n, t, cap + 1, sel.indices.data(), sel.values.data());
+    const size_t got = cpu::gatherAtLeast(x.data(), n, t, cap, sel.indices.data(), sel.values.data());
     if (got > cap) {
       stats.exactFallback = true;
       return selectTopK(x, k);  // its radix pass reports NaN/Inf too

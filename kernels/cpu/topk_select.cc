@@ -6,6 +6,11 @@
 
 #include "kernels/scalar/host_device.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#include <cmath>
+
 namespace gradcomp::cpu {
 
 using scalar::absBits;
@@ -95,6 +100,87 @@ size_t gatherSelected(const float* x, size_t n, SelectionThreshold t, size_t cap
 
 template size_t gatherSelected<uint32_t>(const float*, size_t, SelectionThreshold, size_t, uint32_t*, float*);
 template size_t gatherSelected<uint64_t>(const float*, size_t, SelectionThreshold, size_t, uint64_t*, float*);
+
+size_t gatherAtLeast(const float* x, size_t n, uint32_t minBits, size_t cap, uint64_t* indices, float* values) {
+  size_t count = 0, i = 0;
+#if defined(__AVX2__)
+  // |x| bits < 2^31, so a signed compare against minBits - 1 is exact (minBits = 0 admits all).
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(minBits) - 1);
+  auto hits = [&](size_t at) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + at)), absMask);
+    return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below))));
+  };
+  // 32 elements per test: at the densities top-k uses (~1 %) most groups have no hit at all.
+  for (; i + 32 <= n; i += 32) {
+    uint32_t m = hits(i) | hits(i + 8) << 8 | hits(i + 16) << 16 | hits(i + 24) << 24;
+    while (m) {
+      const size_t j = i + static_cast<size_t>(__builtin_ctz(m));
+      if (count == cap) return cap + 1;
+      indices[count] = j;
+      values[count] = x[j];
+      ++count;
+      m &= m - 1;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    if (absBits(x[i]) < minBits) continue;
+    if (count == cap) return cap + 1;
+    indices[count] = i;
+    values[count] = x[i];
+    ++count;
+  }
+  return count;
+}
+
+SampledTopK sampledTopK(const float* x, size_t n, size_t k, uint64_t* indices, float* values) {
+  // Up to 512 sampled hits fix the bound to a few percent (fewer for small k, where the margin term
+  // dominates); below 2^16 elements, or when k is a large fraction of n, sampling saves nothing.
+  if (n < (1u << 16) || k < 32 || k > n / 8) return SampledTopK::Fallback;
+  const double fraction = static_cast<double>(k) / static_cast<double>(n);
+  // A stride of >= 64 floats keeps the sample to one cache line in four: a fraction of a full read.
+  const size_t sampledHits = std::clamp<size_t>(k / 64, 4, 512);
+  const size_t stride = k / sampledHits;  // n / (hits / fraction)
+  std::vector<float> sample;
+  sample.reserve(n / stride + 1);
+  for (size_t i = stride / 2; i < n; i += stride) {
+    __builtin_prefetch(x + i + 16 * stride);  // strided: the hardware prefetcher does not follow
+    if (scalar::isFiniteBits(absBits(x[i]))) sample.push_back(x[i]);
+  }
+  // Take the sample rank that admits ~1.15k elements plus four standard deviations of margin.
+  const double hits = fraction * static_cast<double>(sample.size());
+  const size_t rank = std::min(sample.size(), static_cast<size_t>(std::ceil(1.15 * hits + 4 * std::sqrt(hits) + 4)));
+  if (rank == 0) return SampledTopK::Fallback;
+  const uint32_t bound = radixSelect(sample.data(), sample.size(), rank).bits;
+
+  const size_t cap = 3 * k + 4096;
+  // Per-thread scratch, reused across calls: fresh megabytes every call cost page faults.
+  thread_local std::vector<uint64_t> candIdx;
+  thread_local std::vector<float> candVal;
+  if (candIdx.size() < cap) {
+    candIdx.resize(cap);
+    candVal.resize(cap);
+  }
+  const size_t got = gatherAtLeast(x, n, bound, cap, candIdx.data(), candVal.data());
+  if (got > cap || got < k) return SampledTopK::Fallback;
+  for (size_t i = 0; i < got; ++i)
+    if (!scalar::isFiniteBits(absBits(candVal[i]))) return SampledTopK::NonFinite;
+  // Every non-candidate is below the bound, hence below the k-th largest: select among candidates,
+  // whose index order is the input's, so ties still go to the lower index.
+  const SelectionThreshold t = radixSelect(candVal.data(), got, k);
+  uint64_t equalLeft = t.takeEqual;
+  size_t out = 0;
+  for (size_t i = 0; i < got && out < k; ++i) {
+    const uint32_t a = absBits(candVal[i]);
+    if (a < t.bits || (a == t.bits && equalLeft == 0)) continue;
+    if (a == t.bits) --equalLeft;
+    indices[out] = candIdx[i];
+    values[out] = candVal[i];
+    ++out;
+  }
+  return out == k ? SampledTopK::Done : SampledTopK::Fallback;
+}
 
 uint32_t sampledThreshold(const float* x, size_t n, size_t k, size_t minSample, uint64_t offset) {
   constexpr double kSampledHits = 2048;

@@ -26,6 +26,17 @@ SelectionThreshold radixSelect(const float* x, size_t n, size_t k);
 template <typename Index>
 size_t gatherSelected(const float* x, size_t n, SelectionThreshold t, size_t cap, Index* indices, float* values);
 
+// Gathers every element with |x| bits >= minBits, in index order: writes at most `cap` of them and
+// returns how many there are (stops counting at cap + 1). AVX2 compare + movemask when available.
+size_t gatherAtLeast(const float* x, size_t n, uint32_t minBits, size_t cap, uint64_t* indices, float* values);
+
+// Exact top-k in about one read of the input: a strided sample gives a lower bound admitting ~1.15k
+// elements, one pass gathers those candidates, and an exact select runs on them. The result is the
+// same as radixSelect + gatherSelected (ties to the lower index). Returns Fallback when the bound
+// admitted fewer than k or too many candidates (heavy ties), or when the input is too small to gain.
+enum class SampledTopK { Done, Fallback, NonFinite };
+SampledTopK sampledTopK(const float* x, size_t n, size_t k, uint64_t* indices, float* values);
+
 // DGC (Lin et al. 2018): estimates the |x| threshold keeping about k of n from a strided sample
 // starting at `offset` % stride. The sample holds at least `minSample` elements and enough for about
 // 2048 of them to pass (relative spread of the count ~ 1/sqrt(2048) ~ 2.2 %). Returns the |x| bits of

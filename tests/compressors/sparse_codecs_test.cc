@@ -85,6 +85,41 @@ TEST(TopK, RadixSelectAgreesWithSortingOnTies) {
   }
 }
 
+TEST(TopK, SampledPathEqualsRadixPathOrFallsBack) {
+  const size_t n = 300007;
+  std::vector<std::pair<std::string, std::vector<float>>> inputs;
+  inputs.emplace_back("normal", normalVector(n, 31));
+  auto narrow = normalVector(n, 32);
+  for (auto& v : narrow) v = 1.0f + std::fabs(v) * 1e-6f;
+  inputs.emplace_back("narrow", narrow);
+  std::vector<float> ties(n);
+  for (size_t i = 0; i < n; ++i) ties[i] = static_cast<float>(i % 5);
+  inputs.emplace_back("ties", ties);
+  auto sorted = normalVector(n, 33);  // large values clustered at the end: the stride sample sees few
+  std::sort(sorted.begin(), sorted.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+  inputs.emplace_back("sorted", sorted);
+  int done = 0;
+  for (const auto& [name, x] : inputs) {
+    for (size_t k : {1ul, 37ul, 100ul, 3000ul, 30000ul}) {
+      std::vector<uint64_t> a(k), b(k);
+      std::vector<float> va(k), vb(k);
+      const auto r = cpu::sampledTopK(x.data(), n, k, a.data(), va.data());
+      if (r != cpu::SampledTopK::Done) continue;
+      ++done;
+      const auto t = cpu::radixSelect(x.data(), n, k);
+      ASSERT_EQ(cpu::gatherSelected<uint64_t>(x.data(), n, t, k, b.data(), vb.data()), k);
+      EXPECT_EQ(a, b) << name << " k=" << k;
+      EXPECT_EQ(va, vb) << name << " k=" << k;
+    }
+  }
+  EXPECT_GE(done, 8);  // the fast path is actually taken on ordinary data
+  std::vector<float> bad = normalVector(n, 34);
+  bad[n - 2] = NAN;
+  std::vector<uint64_t> idx(100);
+  std::vector<float> val(100);
+  EXPECT_EQ(cpu::sampledTopK(bad.data(), n, 100, idx.data(), val.data()), cpu::SampledTopK::NonFinite);
+}
+
 TEST(TopK, BudgetRulesAreTheDocumentedOnes) {
   const auto x = normalVector(100, 12);
   EXPECT_EQ(headerOf(encodeToVector(*makeCompressor("topk:k=500"), x)).count, 100u);       // k > n: clamped
