@@ -9,6 +9,7 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "kernels/scalar/host_device.h"
 
 namespace gradcomp {
 namespace {
@@ -107,6 +108,8 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
   std::byte* payload = wire.data() + kWireHeaderBytes;
   zeroPadding(sections(h), payload);
   const uint64_t n = in.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  // Past 16 MiB of input the wire is far larger than the caches: skip the read-for-ownership.
+  const bool stream = n >= (uint64_t{1} << 22);
   std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0), bad(saturated.size(), EncodeResult::kNoIndex);
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
     for (uint64_t t = t0; t < t1; ++t) {
@@ -116,7 +119,7 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
         bad[thread] = begin + b;
         return;
       }
-      encodeTile(h, in.data() + begin, begin, count, payload, ctx, saturated[thread]);
+      encodeTile(h, in.data() + begin, begin, count, payload, ctx, saturated[thread], stream && count == tile);
     }
   });
   EncodeResult r;
@@ -141,13 +144,17 @@ EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
       const float* g = grad.data() + begin;
       const float* e = residualIn.data() + begin;
-      for (uint64_t i = 0; i < count; ++i) c[i] = g[i] + e[i];
-      const uint64_t b = firstNonFinite(std::span<const float>(c.data(), count));
-      if (b != EncodeResult::kNoIndex) {
-        bad[thread] = begin + b;
+      // c = g + e and its largest |c| bits in one loop; the exact index is searched only on failure.
+      uint32_t worst = 0;
+      for (uint64_t i = 0; i < count; ++i) {
+        c[i] = g[i] + e[i];
+        worst = std::max(worst, scalar::absBits(c[i]));
+      }
+      if (worst >= 0x7f800000u) {
+        bad[thread] = begin + firstNonFinite(std::span<const float>(c.data(), count));
         return;
       }
-      encodeTile(h, c.data(), begin, count, payload, ctx, saturated[thread]);
+      encodeTile(h, c.data(), begin, count, payload, ctx, saturated[thread], false);  // decoded right below
       decodeTile(h, payload, begin, count, decoded.data(), false);
       float* eOut = residualOut.data() + begin;
       for (uint64_t i = 0; i < count; ++i) eOut[i] = c[i] - decoded[i];

@@ -33,9 +33,11 @@ class BlockCodec : public Compressor {
   // The payload's sections for a header; throws DecodeError if the sizes overflow.
   virtual Sections sections(const WireHeader& h) const = 0;
   // Encodes elements [begin, begin+count) of the tensor (x points at element `begin`). `begin` is a
-  // multiple of the block size and of 8. Adds saturations to `saturated`.
+  // multiple of the block size and of 8. Adds saturations to `saturated`. streamOut: the tensor is far
+  // larger than the caches and nothing reads this tile back soon, so the codec may write its payload
+  // with non-temporal stores (whole tiles are 16-byte aligned).
   virtual void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                          const EncodeContext& ctx, uint64_t& saturated) const = 0;
+                          const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const = 0;
   // Checks every code and scale of the payload; throws DecodeError naming the first bad one.
   virtual void validatePayload(const WireHeader& h, const std::byte* payload) const = 0;
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,

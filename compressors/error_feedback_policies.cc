@@ -27,11 +27,9 @@ class ResidualFeedback final : public ErrorFeedback {
  protected:
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                               const EncodeContext& ctx, TensorState& st) override {
-    // Write e' beside e and swap only on success: a failed step leaves e as it was.
-    std::vector<float>& next = scratch(grad.size());
-    const EncodeResult r = codec.encodeWithResidual(grad, st.buffers[0], next, wire, ctx);
-    std::swap(st.buffers[0], next);
-    return r;
+    // In place: the gradient was checked finite before any state is touched, and a residual that
+    // overflows mid-pass is reset to zero by the caller, so no copy is needed for a rollback.
+    return codec.encodeWithResidual(grad, st.buffers[0], st.buffers[0], wire, ctx);
   }
 };
 

@@ -45,8 +45,9 @@ class Fp16Codec final : public BlockCodec {
                    " is not a positive normal number");
   }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated) const override {
-    saturated += cpu::encodeFp16(x, count, prescale_, reinterpret_cast<uint16_t*>(payload) + begin);
+                  const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
+    saturated += cpu::encodeFp16(x, count, prescale_, reinterpret_cast<uint16_t*>(payload) + begin,
+                                 streamOut);
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteFp16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
@@ -88,8 +89,8 @@ class Bf16Codec final : public BlockCodec {
     GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
   }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated) const override {
-    saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin);
+                  const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
+    saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin, streamOut);
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteBf16(reinterpret_cast<const uint16_t*>(payload), h.numElements);

@@ -32,7 +32,7 @@ class Fp8Codec final : public BlockCodec {
                    ") does not match this decoder's flavour ocp");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated) const override {
+                  const EncodeContext&, uint64_t& saturated, bool) const override {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;

@@ -37,7 +37,7 @@ class IdentityCodec final : public BlockCodec {
     GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
   }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t&) const override {
+                  const EncodeContext&, uint64_t&, bool) const override {
     std::memcpy(reinterpret_cast<float*>(payload) + begin, x, count * sizeof(float));
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {

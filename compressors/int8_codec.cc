@@ -37,7 +37,7 @@ class Int8Codec final : public BlockCodec {
                    h.flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&) const override {
+                  const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* codes = reinterpret_cast<int8_t*>(payload + sec.offset[1]) + begin;
@@ -53,10 +53,9 @@ class Int8Codec final : public BlockCodec {
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
     validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), false);
-    const auto* codes = reinterpret_cast<const int8_t*>(payload + sec.offset[1]);
-    for (uint64_t i = 0; i < h.numElements; ++i)
-      GRADCOMP_CHECK(codes[i] != -128, DecodeError, name(), ": code -128 at element ", i,
-                     " is outside the symmetric range [-127, 127]");
+    const size_t bad = cpu::firstInt8Minimum(reinterpret_cast<const int8_t*>(payload + sec.offset[1]), h.numElements);
+    GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": code -128 at element ", bad,
+                   " is outside the symmetric range [-127, 127]");
   }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {

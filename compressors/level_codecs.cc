@@ -46,7 +46,7 @@ class QsgdCodec final : public BlockCodec {
                    " is outside [2, 8]");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&) const override {
+                  const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
@@ -103,7 +103,7 @@ class TernGradCodec final : public BlockCodec {
     GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&) const override {
+                  const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);

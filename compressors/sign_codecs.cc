@@ -29,7 +29,7 @@ class SignCodec final : public BlockCodec {
     GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t&) const override {
+                  const EncodeContext&, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);
@@ -73,7 +73,7 @@ class OneBitCodec final : public BlockCodec {
     GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t&) const override {
+                  const EncodeContext&, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* means = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);

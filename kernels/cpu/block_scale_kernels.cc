@@ -4,6 +4,11 @@
 #include <cfloat>
 #include <cmath>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define GRADCOMP_HAVE_AVX2 1
+#endif
+
 namespace gradcomp::cpu {
 
 using namespace scalar;
@@ -16,7 +21,18 @@ float blockScale(float amax, float maxCode) {
 
 float blockAmax(const float* x, size_t n) {
   uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, absBits(x[i]));
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // Max of |x| bits (unsigned compare), 8 lanes, then a horizontal max: order-free, so exact.
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  for (uint32_t l : lanes) m = std::max(m, l);
+#endif
+  for (; i < n; ++i) m = std::max(m, absBits(x[i]));
   return bitsToFloat(m);
 }
 
@@ -43,7 +59,35 @@ float encodeFp8Block(const float* x, size_t n, Fp8Format fmt, uint8_t* codes, ui
   // between max and the next power of the format (448 + 16 for E4M3, 57344 + 4096 for E5M2).
   const uint32_t overflowBits = maxBits + (1u << (22 - s.mantBits));
   uint64_t sat = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // fp8Lane on 8 lanes: the same integer steps, selects become blends.
+  const int shift = 23 - s.mantBits;
+  const __m256 vScale = _mm256_set1_ps(scale), magic = _mm256_set1_ps(s.subnormalMagic);
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
+  const __m256i rebias = _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(s.bias - 127) << 23) +
+                                                                ((1u << (shift - 1)) - 1u)));
+  const __m256i minNormal = _mm256_set1_epi32(static_cast<int32_t>(s.minNormalBits));
+  const __m256i maxCode = _mm256_set1_epi32(s.maxCode), overflow = _mm256_set1_epi32(static_cast<int32_t>(overflowBits - 1));
+  const __m256i magicBits = _mm256_castps_si256(magic), signMask = _mm256_set1_epi32(0x80);
+  const __m128i shiftCount = _mm_cvtsi32_si128(shift);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i xb = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(x + i), vScale));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(xb, 24), signMask);
+    const __m256i a = _mm256_and_si256(xb, absMask);
+    const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)), magicBits);
+    const __m256i odd = _mm256_and_si256(_mm256_srl_epi32(a, shiftCount), one);
+    const __m256i nor = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, rebias), odd), shiftCount);
+    const __m256i isSub = _mm256_cmpgt_epi32(minNormal, a);  // a < minNormal (both < 2^31)
+    __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(nor, sub, isSub), maxCode);
+    code = _mm256_or_si256(code, sign);
+    sat += static_cast<uint64_t>(
+        __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, overflow)))));
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
+  }
+#endif
+  for (; i < n; ++i) {
     const float v = x[i] * scale;
     sat += absBits(v) >= overflowBits;  // only possible when the scale was capped or neutral
     codes[i] = fp8Lane(v, s, maxBits);
@@ -57,7 +101,27 @@ void decodeFp8Block(const uint8_t* codes, size_t n, Fp8Format fmt, float scale, 
   const float inv = 1.0f / scale;
   const int m = s.mantBits;
   const float step = bitsToFloat(static_cast<uint32_t>(127 + 1 - s.bias - m) << 23);
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  const __m256 vInv = _mm256_set1_ps(inv), vStep = _mm256_set1_ps(step);
+  const __m256i signBit = _mm256_set1_epi32(0x80), magMask = _mm256_set1_epi32(0x7f);
+  const __m256i mantMask = _mm256_set1_epi32((1 << m) - 1), zero = _mm256_setzero_si256();
+  const __m256i expRebias = _mm256_set1_epi32((127 - s.bias) << 23);
+  const __m128i mCount = _mm_cvtsi32_si128(m), mantShift = _mm_cvtsi32_si128(23 - m);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, signBit), 24);
+    const __m256i e = _mm256_srl_epi32(_mm256_and_si256(c, magMask), mCount);
+    const __m256i mant = _mm256_and_si256(c, mantMask);
+    const __m256i normal = _mm256_or_si256(_mm256_add_epi32(_mm256_slli_epi32(e, 23), expRebias), _mm256_sll_epi32(mant, mantShift));
+    const __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mant), vStep));
+    const __m256i bits = _mm256_or_si256(_mm256_blendv_epi8(normal, sub, _mm256_cmpeq_epi32(e, zero)), sign);
+    __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), vInv);
+    if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    _mm256_storeu_ps(out + i, v);
+  }
+#endif
+  for (; i < n; ++i) {
     const uint32_t c = codes[i];
     const uint32_t sign = (c & 0x80u) << 24;
     const uint32_t e = (c & 0x7fu) >> m;
@@ -69,21 +133,54 @@ void decodeFp8Block(const uint8_t* codes, size_t n, Fp8Format fmt, float scale, 
   }
 }
 
-size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, Fp8Format fmt) {
-  for (size_t i = 0; i < n; ++i)
-    if (!fp8IsFinite(codes[i], fmt)) return i;
+// First byte with (b & mask) == value: a branch-free OR over 256-byte chunks (vectorized by the
+// compiler), and the exact position searched only inside a chunk that has one.
+static size_t firstMaskedByte(const uint8_t* p, size_t n, uint8_t mask, uint8_t value) {
+  constexpr size_t kChunk = 256;
+  for (size_t base = 0; base < n; base += kChunk) {
+    const size_t end = std::min(n, base + kChunk);
+    uint8_t any = 0;
+    for (size_t i = base; i < end; ++i) any |= static_cast<uint8_t>((p[i] & mask) == value);
+    if (any)
+      for (size_t i = base; i < end; ++i)
+        if ((p[i] & mask) == value) return i;
+  }
   return n;
+}
+
+size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, Fp8Format fmt) {
+  // E4M3: S.1111.111 is NaN; E5M2: S.11111.xx is Inf or NaN.
+  return fmt == Fp8Format::E4M3 ? firstMaskedByte(codes, n, 0x7f, 0x7f) : firstMaskedByte(codes, n, 0x7c, 0x7c);
+}
+
+size_t firstInt8Minimum(const int8_t* codes, size_t n) {
+  return firstMaskedByte(reinterpret_cast<const uint8_t*>(codes), n, 0xff, 0x80);
 }
 
 float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes) {
   const float scale = blockScale(blockAmax(x, n), 127.0f);
+  size_t i0 = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  if (!uniforms) {
+    // nearbyint == round to nearest even under the default rounding mode; clamp; pack with signed
+    // saturation (values are already within +-127).
+    const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    for (; i0 + 8 <= n; i0 += 8) {
+      __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i0), vScale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+      const __m256i qi = _mm256_cvtps_epi32(q);
+      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
+    }
+  }
+#endif
   if (uniforms) {
     for (size_t i = 0; i < n; ++i) {
       const float q = std::floor(x[i] * scale + uniforms[i]);
       codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
     }
   } else {
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = i0; i < n; ++i) {
       const float q = std::nearbyint(x[i] * scale);
       codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
     }
@@ -93,7 +190,17 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
 
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate) {
   const float inv = 1.0f / scale;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  const __m256 vInv = _mm256_set1_ps(inv);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vInv);
+    if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    _mm256_storeu_ps(out + i, v);
+  }
+#endif
+  for (; i < n; ++i) {
     const float v = static_cast<float>(codes[i]) * inv;
     out[i] = accumulate ? out[i] + v : v;
   }

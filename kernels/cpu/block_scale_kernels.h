@@ -19,6 +19,8 @@ float encodeFp8Block(const float* x, size_t n, scalar::Fp8Format fmt, uint8_t* c
 void decodeFp8Block(const uint8_t* codes, size_t n, scalar::Fp8Format fmt, float scale, float* out, bool accumulate);
 // Index of the first NaN/Inf code, or n.
 size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, scalar::Fp8Format fmt);
+// Index of the first int8 code -128 (outside the symmetric range), or n.
+size_t firstInt8Minimum(const int8_t* codes, size_t n);
 
 // Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
 // floor(v + u); nullptr rounds to nearest even.

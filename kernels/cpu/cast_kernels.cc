@@ -11,7 +11,8 @@ namespace gradcomp::cpu {
 
 using namespace scalar;
 
-uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out) {
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut) {
+  (void)streamOut;  // only the SIMD path streams
   uint64_t saturated = 0;
   size_t i = 0;
 #ifdef GRADCOMP_HAVE_F16C
@@ -24,8 +25,13 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out) {
     const __m256 over = _mm256_cmp_ps(_mm256_and_ps(v, absMask), overflowAt, _CMP_GE_OQ);
     saturated += static_cast<uint64_t>(__builtin_popcount(_mm256_movemask_ps(over)));
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    if (streamOut)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), h);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
   }
+  if (streamOut) _mm_sfence();  // order the streamed stores before anything the caller does next
 #endif
   for (; i < n; ++i) {
     const float v = in[i] * prescale;
@@ -50,9 +56,41 @@ void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out,
   }
 }
 
-uint64_t encodeBf16(const float* in, size_t n, uint16_t* out) {
+uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut) {
+  (void)streamOut;  // only the SIMD path streams
   uint64_t saturated = 0;
-  for (size_t i = 0; i < n; ++i) {  // branch-free integer math: the compiler vectorizes it
+  size_t i0 = 0;
+#ifdef GRADCOMP_HAVE_F16C
+  // The scalar loop below on 16 lanes: RNE by integer add, saturation by blend, then a 32->16 pack.
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), roundBias = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1), overAt = _mm256_set1_epi32(0x7f7f7fff);
+  const __m256i nanAt = _mm256_set1_epi32(0x7f800001), signBit = _mm256_set1_epi32(0x8000);
+  const __m256i maxBits = _mm256_set1_epi32(kBf16MaxBits);
+  auto lane8 = [&](const float* p, uint64_t& sat) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i ax = _mm256_and_si256(x, absMask);
+    const __m256i hi = _mm256_srli_epi32(x, 16);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, roundBias), _mm256_and_si256(hi, one)), 16);
+    const __m256i over = _mm256_cmpgt_epi32(ax, overAt);  // ax >= 0x7f7f8000 (ax < 2^31: signed is exact)
+    const __m256i finite = _mm256_cmpgt_epi32(nanAt, ax);
+    sat += static_cast<uint64_t>(__builtin_popcount(
+        static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(over, finite))))));
+    const __m256i satValue = _mm256_or_si256(_mm256_and_si256(hi, signBit), maxBits);
+    return _mm256_blendv_epi8(rounded, satValue, over);
+  };
+  for (; i0 + 16 <= n; i0 += 16) {
+    const __m256i a = lane8(in + i0, saturated), b = lane8(in + i0 + 8, saturated);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+    if (streamOut) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i0), _mm256_castsi256_si128(packed));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i0 + 8), _mm256_extracti128_si256(packed, 1));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i0), packed);
+    }
+  }
+  if (streamOut) _mm_sfence();
+#endif
+  for (size_t i = i0; i < n; ++i) {  // branch-free integer math: the compiler vectorizes it
     const uint32_t x = floatBits(in[i]);
     const uint32_t ax = x & 0x7fffffffu;
     const uint32_t over = ax >= 0x7f7f8000u;

@@ -7,11 +7,13 @@
 namespace gradcomp::cpu {
 
 // out[i] = fp16(in[i] * prescale); returns how many finite values saturated to +-65504.
-uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out);
+// streamOut: write with non-temporal stores (out 16-byte aligned), for outputs far larger than the
+// caches, where a normal store first reads the line it overwrites. Same bytes either way.
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut = false);
 // out[i] (=|+=) fp16 value * inversePrescale.
 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
 
-uint64_t encodeBf16(const float* in, size_t n, uint16_t* out);
+uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false);
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
 
 // Index of the first Inf/NaN code, or n.

@@ -3,6 +3,11 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define GRADCOMP_HAVE_AVX2 1
+#endif
+
 namespace gradcomp::cpu {
 
 void writeBits(const uint8_t* flags, size_t n, size_t bitOffset, uint8_t* bits) {
@@ -25,63 +30,130 @@ void writeBits(const uint8_t* flags, size_t n, size_t bitOffset, uint8_t* bits) 
 
 namespace {
 
-// Sum of |x| in double over 4 interleaved lanes, combined as (l0+l1)+(l2+l3): a fixed order.
-double absSum(const float* x, size_t n) {
+// Sums in double over 4 interleaved lanes (lane j takes elements i with i % 4 == j, in order),
+// combined as (l0+l1)+(l2+l3): a fixed order that the AVX2 and scalar paths both follow exactly.
+struct LaneSums {
   double lane[4] = {0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; ++j) lane[j] += std::fabs(x[i + j]);
-  for (int j = 0; i < n; ++i, ++j) lane[j] += std::fabs(x[i]);
-  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
-}
+  double total() const { return (lane[0] + lane[1]) + (lane[2] + lane[3]); }
+};
 
 thread_local std::vector<uint8_t> tFlags;
+
+uint8_t* flagsScratch(size_t n) {
+  if (tFlags.size() < n) tFlags.resize(n);
+  return tFlags.data();
+}
+
+#ifdef GRADCOMP_HAVE_AVX2
+// Adds 8 floats to 4 double lanes in the scalar order: elements i..i+3, then i+4..i+7.
+inline __m256d addLanes(__m256d acc, __m256 v) {
+  acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+// 8 lane masks from one byte of bits (lane j <- bit j).
+inline __m256 bitsToMask(uint8_t byte) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), bit), bit));
+}
+#endif
+
+// Decodes n elements: bit 1 -> one, bit 0 -> zero (each + 0.0f so -0 becomes +0).
+void decodeTwoValued(const uint8_t* bits, size_t bitOffset, size_t n, float one, float zero, float* out,
+                     bool accumulate) {
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  if (bitOffset == 0) {
+    const __m256 vOne = _mm256_set1_ps(one + 0.0f), vZero = _mm256_set1_ps(zero + 0.0f);
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_blendv_ps(vZero, vOne, bitsToMask(bits[i >> 3]));
+      if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+      _mm256_storeu_ps(out + i, v);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const size_t b = bitOffset + i;
+    const float v = (((bits[b >> 3] >> (b & 7)) & 1u) ? one : zero) + 0.0f;
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
 
 }  // namespace
 
 float encodeSignBlock(const float* x, size_t n, uint64_t first, uint8_t* bits) {
-  if (tFlags.size() < n) tFlags.resize(n);
-  uint8_t* f = tFlags.data();
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t evenZero = x[i] == 0.0f && (((first + i) & 1u) == 0);
-    f[i] = static_cast<uint8_t>((x[i] > 0.0f) | evenZero);
+  LaneSums sum;
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  if ((first & 7u) == 0) {
+    // Byte-aligned block starting at an even index: zeros at even positions are bits 0, 2, 4, 6.
+    const __m256 zero = _mm256_setzero_ps(), absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      const int gt = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ));
+      const int eq = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_EQ_OQ));
+      bits[i >> 3] = static_cast<uint8_t>(gt | (eq & 0x55));
+      acc = addLanes(acc, _mm256_and_ps(v, absMask));
+    }
+    _mm256_storeu_pd(sum.lane, acc);
   }
-  writeBits(f, n, first & 7u, bits);
-  return n ? static_cast<float>(absSum(x, n) / static_cast<double>(n)) : 0.0f;
+#endif
+  if (i < n) {
+    uint8_t* f = flagsScratch(n - i);
+    for (size_t j = i; j < n; ++j) {
+      const uint8_t evenZero = x[j] == 0.0f && (((first + j) & 1u) == 0);
+      f[j - i] = static_cast<uint8_t>((x[j] > 0.0f) | evenZero);
+      sum.lane[j & 3] += std::fabs(x[j]);
+    }
+    writeBits(f, n - i, (first + i) & 7u, bits + (((first & 7u) + i) >> 3));
+  }
+  return n ? static_cast<float>(sum.total() / static_cast<double>(n)) : 0.0f;
 }
 
 void decodeSignBlock(const uint8_t* bits, size_t bitOffset, size_t n, float scale, float* out, bool accumulate) {
-  for (size_t i = 0; i < n; ++i) {
-    const size_t b = bitOffset + i;
-    // + 0.0f turns -0 into +0 so an all-zero block decodes to exact +0.
-    const float v = (((bits[b >> 3] >> (b & 7)) & 1u) ? scale : -scale) + 0.0f;
-    out[i] = accumulate ? out[i] + v : v;
-  }
+  decodeTwoValued(bits, bitOffset, n, scale, -scale, out, accumulate);
 }
 
 OneBitMeans encodeOneBitBlock(const float* x, size_t n, size_t bitOffset, uint8_t* bits) {
-  if (tFlags.size() < n) tFlags.resize(n);
-  uint8_t* f = tFlags.data();
-  double pos = 0, neg = 0;
-  size_t numPos = 0;
-  for (size_t i = 0; i < n; ++i) {
-    f[i] = static_cast<uint8_t>(!(x[i] < 0.0f));
-    numPos += f[i];
-    (f[i] ? pos : neg) += x[i];
+  LaneSums pos, neg;
+  size_t numPos = 0, i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  if (bitOffset == 0) {
+    const __m256 zero = _mm256_setzero_ps();
+    __m256d accPos = _mm256_setzero_pd(), accNeg = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      const __m256 isPos = _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
+      const int m = _mm256_movemask_ps(isPos);
+      bits[i >> 3] = static_cast<uint8_t>(m);
+      numPos += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+      accPos = addLanes(accPos, _mm256_and_ps(v, isPos));
+      accNeg = addLanes(accNeg, _mm256_andnot_ps(isPos, v));
+    }
+    _mm256_storeu_pd(pos.lane, accPos);
+    _mm256_storeu_pd(neg.lane, accNeg);
   }
-  writeBits(f, n, bitOffset, bits);
+#endif
+  if (i < n) {
+    uint8_t* f = flagsScratch(n - i);
+    for (size_t j = i; j < n; ++j) {
+      const bool p = !(x[j] < 0.0f);
+      f[j - i] = p;
+      numPos += p;
+      pos.lane[j & 3] += p ? x[j] : 0.0f;
+      neg.lane[j & 3] += p ? 0.0f : x[j];
+    }
+    writeBits(f, n - i, (bitOffset + i) & 7u, bits + ((bitOffset + i) >> 3));
+  }
   const size_t numNeg = n - numPos;
-  return OneBitMeans{numPos ? static_cast<float>(pos / static_cast<double>(numPos)) : 0.0f,
-                     numNeg ? static_cast<float>(neg / static_cast<double>(numNeg)) : 0.0f};
+  return OneBitMeans{numPos ? static_cast<float>(pos.total() / static_cast<double>(numPos)) : 0.0f,
+                     numNeg ? static_cast<float>(neg.total() / static_cast<double>(numNeg)) : 0.0f};
 }
 
 void decodeOneBitBlock(const uint8_t* bits, size_t bitOffset, size_t n, OneBitMeans means, float* out,
                        bool accumulate) {
-  for (size_t i = 0; i < n; ++i) {
-    const size_t b = bitOffset + i;
-    const float v = ((bits[b >> 3] >> (b & 7)) & 1u) ? means.positive : means.negative;
-    out[i] = accumulate ? out[i] + v : v;
-  }
+  decodeTwoValued(bits, bitOffset, n, means.positive, means.negative, out, accumulate);
 }
 
 }  // namespace gradcomp::cpu

@@ -260,6 +260,21 @@ TEST(Fp16Codec, SaturationsAreCountedAndPrescaleKeepsSumsInRange) {
   EXPECT_EQ(d[1], 8e4f);  // 80000/16 = 5000 is exact in fp16
 }
 
+TEST(Fp16Codec, LargeTensorsStreamTheSameBytes) {
+  // From 2^22 elements the 16-bit payloads are written with non-temporal stores: same bytes.
+  const size_t n = (size_t{1} << 22) + 24;
+  const auto x = normalVector(n, 41, 1000.0f);
+  for (const char* spec : {"fp16", "bf16"}) {
+    const auto wire = encodeToVector(*makeCompressor(spec), x);
+    std::vector<uint16_t> payload(n);
+    std::memcpy(payload.data(), wire.data() + kWireHeaderBytes, n * 2);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t expect = std::string(spec) == "fp16" ? scalar::floatToHalfBits(x[i]) : scalar::floatToBf16Bits(x[i]);
+      ASSERT_EQ(payload[i], expect) << spec << " element " << i;
+    }
+  }
+}
+
 TEST(SignCodec, ZerosSplitEvenlyBetweenSigns) {
   auto c = makeCompressor("sign:block=8");
   std::vector<float> x = {0, 0, 0, 0, 0, 0, 0, 4};  // mean |x| = 0.5

@@ -93,6 +93,24 @@ TEST(Fp16, ArrayKernelEqualsScalarAndCountsSaturation) {
   EXPECT_GE(sat, 2u);
 }
 
+TEST(Bf16, ArrayKernelEqualsScalarAndCountsSaturation) {
+  std::mt19937 rng(2);
+  std::vector<float> x(10007);
+  for (auto& v : x) v = bitsToFloat(static_cast<uint32_t>(rng()) & 0xff7fffffu);  // any finite pattern
+  x[3] = FLT_MAX;
+  x[4] = -3.4e38f;
+  x[5] = bf16BitsToFloat(kBf16MaxBits);
+  std::vector<uint16_t> out(x.size());
+  const uint64_t sat = cpu::encodeBf16(x.data(), x.size(), out.data());
+  uint64_t expectSat = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(out[i], floatToBf16Bits(x[i])) << i;
+    expectSat += bf16Overflows(x[i]);
+  }
+  EXPECT_EQ(sat, expectSat);
+  EXPECT_GE(sat, 2u);
+}
+
 TEST(Bf16, EveryPatternRoundTripsAndMidpointsRoundToEven) {
   for (uint32_t b = 0; b < 65536; ++b) {
     const float f = bf16BitsToFloat(static_cast<uint16_t>(b));
@@ -178,6 +196,23 @@ TEST_P(Fp8, VectorizedBlockKernelEqualsScalar) {
   EXPECT_EQ(cpu::encodeFp8Block(x.data(), x.size(), c.fmt, codes.data(), sat), 1.0f);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(codes[i], floatToFp8(x[i], c.fmt)) << x[i];
   EXPECT_EQ(sat, 0u);
+}
+
+TEST_P(Fp8, VectorizedBlockDecodeEqualsScalarForEveryCode) {
+  const Fp8Case c = GetParam();
+  std::vector<uint8_t> codes;
+  for (uint32_t code = 0; code < 256; ++code)
+    if (fp8IsFinite(static_cast<uint8_t>(code), c.fmt)) codes.push_back(static_cast<uint8_t>(code));
+  for (float scale : {1.0f, 3.0f, 0.0078125f}) {
+    std::vector<float> out(codes.size(), 0.0f), acc(codes.size(), 0.5f);
+    cpu::decodeFp8Block(codes.data(), codes.size(), c.fmt, scale, out.data(), false);
+    cpu::decodeFp8Block(codes.data(), codes.size(), c.fmt, scale, acc.data(), true);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float expect = fp8ToFloat(codes[i], c.fmt) * (1.0f / scale);
+      EXPECT_EQ(floatBits(out[i]), floatBits(expect)) << int(codes[i]);
+      EXPECT_EQ(acc[i], 0.5f + expect) << int(codes[i]);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ocp, Fp8,
