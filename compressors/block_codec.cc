@@ -56,6 +56,16 @@ uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback) {
   return static_cast<uint32_t>(spec.getUInt("block", fallback, 1, 1u << 24));
 }
 
+BlockCodec::Sections valueSection(const WireHeader& h, uint64_t bytesPerElement, const char* what) {
+  BlockCodec::Sections s;
+  SectionLayout layout;
+  s.count = 1;
+  s.bytes[0] = wireBytesFor(h.numElements, bytesPerElement, what);
+  s.offset[0] = layout.add(s.bytes[0]);
+  s.total = layout.totalBytes();
+  return s;
+}
+
 BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleBytesPerBlock, uint64_t codeBits) {
   BlockCodec::Sections s;
   SectionLayout layout;
@@ -77,9 +87,12 @@ void validateBlockScales(const float* scales, uint64_t numBlocks, const char* co
   }
 }
 
-void BlockCodec::validateHeaderFields(const WireHeader& h) const {
-  GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
-  GRADCOMP_CHECK(h.param == 0, DecodeError, name(), ": header param must be 0, got ", h.param);
+void BlockCodec::validateFlags(uint32_t flags) const {
+  GRADCOMP_CHECK(flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
+}
+
+void BlockCodec::validateParam(uint32_t param) const {
+  GRADCOMP_CHECK(param == 0, DecodeError, name(), ": header param must be 0, got ", param);
 }
 
 uint64_t BlockCodec::tileElements(uint32_t bs) const {
@@ -91,7 +104,11 @@ uint64_t BlockCodec::tileElements(uint32_t bs) const {
 }
 
 WireHeader BlockCodec::headerFor(uint64_t n) const {
-  WireHeader h = headerTemplate();
+  WireHeader h;
+  h.codec = static_cast<uint16_t>(id());
+  h.flags = formatFlags();
+  h.blockSize = blockSize_;
+  h.param = formatParam();
   h.numElements = n;
   h.payloadBytes = sections(h).total;
   return h;
@@ -174,7 +191,9 @@ void BlockCodec::checkHeader(const WireHeader& h) const {
     GRADCOMP_CHECK(h.blockSize >= 1 && h.blockSize <= (1u << 24), DecodeError, name(), ": header block size ",
                    h.blockSize, " is outside [1, 2^24]");
   }
-  validateHeaderFields(h);
+  GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
+  validateFlags(h.flags);
+  validateParam(h.param);
   const uint64_t expected = sections(h).total;
   GRADCOMP_CHECK(h.payloadBytes == expected, DecodeError, name(), ": header announces ", h.payloadBytes,
                  " payload bytes, ", h.numElements, " elements with block size ", h.blockSize, " need ", expected);

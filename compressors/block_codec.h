@@ -28,8 +28,12 @@ class BlockCodec : public Compressor {
 
   uint32_t blockSize() const { return blockSize_; }
 
-  // Header fields this configuration writes (codec, flags, blockSize, param); numElements is set later.
-  virtual WireHeader headerTemplate() const = 0;
+  // What this configuration writes into the header's flags and param (codec-specific meaning).
+  virtual uint32_t formatFlags() const { return 0; }
+  virtual uint32_t formatParam() const { return 0; }
+  // What a decoder accepts there; throw DecodeError naming the field. Defaults: both must be 0.
+  virtual void validateFlags(uint32_t flags) const;
+  virtual void validateParam(uint32_t param) const;
   // The payload's sections for a header; throws DecodeError if the sizes overflow.
   virtual Sections sections(const WireHeader& h) const = 0;
   // Encodes elements [begin, begin+count) of the tensor (x points at element `begin`). `begin` is a
@@ -42,8 +46,6 @@ class BlockCodec : public Compressor {
   virtual void validatePayload(const WireHeader& h, const std::byte* payload) const = 0;
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                           bool accumulate) const = 0;
-  // Header fields other than codec/flags/blockSize the codec checks (defaults: param == 0, count == 0).
-  virtual void validateHeaderFields(const WireHeader& h) const;
 
   EncodeResult encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                           const ExecContext& exec) const override;
@@ -73,6 +75,9 @@ float* scratchUniforms(uint64_t n);
 
 // Shared parameter: a block size from the spec, validated (1 .. 2^24).
 uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback);
+
+// The layout of the casts: one section of bytesPerElement per element.
+BlockCodec::Sections valueSection(const WireHeader& h, uint64_t bytesPerElement, const char* what);
 
 // The common layout [per-block scales: scaleBytesPerBlock each][codes: codeBits per element].
 BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleBytesPerBlock, uint64_t codeBits);

@@ -22,25 +22,10 @@ class Fp16Codec final : public BlockCodec {
   CompressorTraits traits() const override { return {}; }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.param = scalar::floatBits(prescale_);
-    return h;
-  }
-  Sections sections(const WireHeader& h) const override {
-    Sections s;
-    SectionLayout layout;
-    s.count = 1;
-    s.bytes[0] = wireBytesFor(h.numElements, 2, "fp16 values");
-    s.offset[0] = layout.add(s.bytes[0]);
-    s.total = layout.totalBytes();
-    return s;
-  }
-  void validateHeaderFields(const WireHeader& h) const override {
-    GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-    const float p = scalar::bitsToFloat(h.param);
+  Sections sections(const WireHeader& h) const override { return valueSection(h, 2, "fp16 values"); }
+  uint32_t formatParam() const override { return scalar::floatBits(prescale_); }
+  void validateParam(uint32_t param) const override {
+    const float p = scalar::bitsToFloat(param);
     GRADCOMP_CHECK(std::isnormal(p) && p > 0.0f, DecodeError, name(), ": header pre-scale ", p,
                    " is not a positive normal number");
   }
@@ -70,24 +55,7 @@ class Bf16Codec final : public BlockCodec {
   CompressorTraits traits() const override { return {}; }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    return h;
-  }
-  Sections sections(const WireHeader& h) const override {
-    Sections s;
-    SectionLayout layout;
-    s.count = 1;
-    s.bytes[0] = wireBytesFor(h.numElements, 2, "bf16 values");
-    s.offset[0] = layout.add(s.bytes[0]);
-    s.total = layout.totalBytes();
-    return s;
-  }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-  }
+  Sections sections(const WireHeader& h) const override { return valueSection(h, 2, "bf16 values"); }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
     saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin, streamOut);

@@ -17,19 +17,11 @@ class Fp8Codec final : public BlockCodec {
   CompressorTraits traits() const override { return {}; }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.flags = kFlavourOcp;
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 8); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == kFlavourOcp, DecodeError, name(), ": wire FP8 flavour ",
-                   h.flags == 1 ? "fnuz" : "unknown", " (flags 0x", std::hex, h.flags,
-                   ") does not match this decoder's flavour ocp");
+  uint32_t formatFlags() const override { return kFlavourOcp; }
+  void validateFlags(uint32_t flags) const override {
+    GRADCOMP_CHECK(flags == kFlavourOcp, DecodeError, name(), ": wire FP8 flavour ", flags == 1 ? "fnuz" : "unknown",
+                   " (flags 0x", std::hex, flags, ") does not match this decoder's flavour ocp");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t& saturated, bool) const override {

@@ -18,24 +18,7 @@ class IdentityCodec final : public BlockCodec {
   }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    return h;
-  }
-  Sections sections(const WireHeader& h) const override {
-    Sections s;
-    SectionLayout layout;
-    s.count = 1;
-    s.bytes[0] = wireBytesFor(h.numElements, 4, "fp32 values");
-    s.offset[0] = layout.add(s.bytes[0]);
-    s.total = layout.totalBytes();
-    return s;
-  }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-  }
+  Sections sections(const WireHeader& h) const override { return valueSection(h, 4, "fp32 values"); }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t&, bool) const override {
     std::memcpy(reinterpret_cast<float*>(payload) + begin, x, count * sizeof(float));

@@ -23,18 +23,10 @@ class Int8Codec final : public BlockCodec {
   }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.flags = stochastic_ ? kFlagStochastic : 0;
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 8); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK((h.flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex,
-                   h.flags);
+  uint32_t formatFlags() const override { return stochastic_ ? kFlagStochastic : 0; }
+  void validateFlags(uint32_t flags) const override {
+    GRADCOMP_CHECK((flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t&, bool) const override {

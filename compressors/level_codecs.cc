@@ -32,18 +32,10 @@ class QsgdCodec final : public BlockCodec {
   }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.flags = static_cast<uint32_t>(bits_);
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, h.flags); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags >= 2 && h.flags <= 8, DecodeError, name(), ": bits per element ", h.flags,
-                   " is outside [2, 8]");
+  uint32_t formatFlags() const override { return static_cast<uint32_t>(bits_); }  // bits per element
+  void validateFlags(uint32_t flags) const override {
+    GRADCOMP_CHECK(flags >= 2 && flags <= 8, DecodeError, name(), ": bits per element ", flags, " is outside [2, 8]");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t&, bool) const override {
@@ -91,17 +83,7 @@ class TernGradCodec final : public BlockCodec {
   }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 2); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-  }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);

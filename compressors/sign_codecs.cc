@@ -17,17 +17,7 @@ class SignCodec final : public BlockCodec {
   CompressorTraits traits() const override { return {}; }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 1); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-  }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t&, bool) const override {
     const Sections sec = sections(h);
@@ -61,17 +51,7 @@ class OneBitCodec final : public BlockCodec {
   CompressorTraits traits() const override { return {}; }
 
  protected:
-  WireHeader headerTemplate() const override {
-    WireHeader h;
-    h.codec = static_cast<uint16_t>(id());
-    h.blockSize = blockSize();
-    return h;
-  }
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 8, 1); }
-  void validateHeaderFields(const WireHeader& h) const override {
-    BlockCodec::validateHeaderFields(h);
-    GRADCOMP_CHECK(h.flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, h.flags);
-  }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t&, bool) const override {
     const Sections sec = sections(h);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <random>
 #include <span>
 #include <vector>
@@ -19,6 +20,12 @@ struct WireBuffer {
   }
   std::vector<std::byte> storage;
 };
+
+inline WireHeader headerOf(std::span<const std::byte> wire) {
+  WireHeader h;
+  std::memcpy(&h, wire.data(), sizeof h);
+  return h;
+}
 
 inline std::vector<float> normalVector(size_t n, uint32_t seed, float sigma = 1.0f) {
   std::mt19937 rng(seed);

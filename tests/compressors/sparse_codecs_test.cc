@@ -16,13 +16,8 @@ namespace {
 
 using testing::decodeToVector;
 using testing::encodeToVector;
+using testing::headerOf;
 using testing::normalVector;
-
-WireHeader headerOf(const std::vector<std::byte>& w) {
-  WireHeader h;
-  std::memcpy(&h, w.data(), sizeof h);
-  return h;
-}
 
 // Checks that `d` keeps exactly k entries of x, all of larger magnitude than any dropped one.
 void expectExactTopK(const std::vector<float>& x, const std::vector<float>& d, size_t k) {

@@ -13,13 +13,8 @@ namespace gradcomp {
 namespace {
 
 using testing::encodeToVector;
+using testing::headerOf;
 using testing::normalVector;
-
-WireHeader headerOf(const std::vector<std::byte>& w) {
-  WireHeader h;
-  std::memcpy(&h, w.data(), sizeof h);
-  return h;
-}
 
 // Rewrites header fields and re-signs the checksum, as a buggy (not random) sender would.
 void rewrite(std::vector<std::byte>& w, const std::function<void(WireHeader&)>& edit) {
