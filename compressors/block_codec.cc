@@ -7,6 +7,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/scalar/host_device.h"
@@ -32,6 +36,29 @@ void forTileRanges(uint64_t numTiles, uint64_t numElements, int threads, Fn&& fn
     pool.emplace_back([&, i] { fn(std::min(numTiles, i * per), std::min(numTiles, (i + 1) * per), i); });
   fn(0, std::min(numTiles, per), 0);
   for (auto& th : pool) th.join();
+}
+
+// c[i] = g[i] + e[i]; returns max |c| bits (>= 0x7f800000 when some c is Inf or NaN).
+uint32_t addAndMaxAbsBits(const float* g, const float* e, float* c, uint64_t n) {
+  uint32_t worst = 0;
+  uint64_t i = 0;
+#if defined(__AVX2__)
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(e + i));
+    _mm256_storeu_ps(c + i, v);
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_castps_si256(v), absMask));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  for (uint32_t l : lanes) worst = std::max(worst, l);
+#endif
+  for (; i < n; ++i) {
+    c[i] = g[i] + e[i];
+    worst = std::max(worst, scalar::absBits(c[i]));
+  }
+  return worst;
 }
 
 // Zeroes each section's padding and its last used byte (the tail bits of a bit-packed section), so the
@@ -161,20 +188,22 @@ EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
       const float* g = grad.data() + begin;
       const float* e = residualIn.data() + begin;
-      // c = g + e and its largest |c| bits in one loop; the exact index is searched only on failure.
-      uint32_t worst = 0;
-      for (uint64_t i = 0; i < count; ++i) {
-        c[i] = g[i] + e[i];
-        worst = std::max(worst, scalar::absBits(c[i]));
-      }
-      if (worst >= 0x7f800000u) {
+      // c = g + e and its largest |c| bits in one pass; the exact index is searched only on failure.
+      if (addAndMaxAbsBits(g, e, c.data(), count) >= 0x7f800000u) {
         bad[thread] = begin + firstNonFinite(std::span<const float>(c.data(), count));
         return;
       }
-      encodeTile(h, c.data(), begin, count, payload, ctx, saturated[thread], false);  // decoded right below
-      decodeTile(h, payload, begin, count, decoded.data(), false);
-      float* eOut = residualOut.data() + begin;
-      for (uint64_t i = 0; i < count; ++i) eOut[i] = c[i] - decoded[i];
+      // Pull the next tile's g and e toward L2 while this one is computed: the add pass is
+      // memory-bound and encode/decode are compute-bound, and prefetching lets them overlap.
+      if (t + 1 < t1) {
+        const uint64_t nextCount = std::min(tile, n - begin - count);
+        for (uint64_t off = 0; off < nextCount; off += 16) {
+          __builtin_prefetch(g + count + off, 0, 2);
+          __builtin_prefetch(e + count + off, 0, 2);
+        }
+      }
+      encodeTileResidual(h, c.data(), begin, count, payload, ctx, saturated[thread], residualOut.data() + begin,
+                         decoded.data());
     }
   });
   EncodeResult r;

@@ -42,6 +42,16 @@ class BlockCodec : public Compressor {
   // with non-temporal stores (whole tiles are 16-byte aligned).
   virtual void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                           const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const = 0;
+  // The fused error-feedback step for one tile: encodeTile, then residualOut[i] = c[i] - decoded[i]
+  // (bit for bit what decodeTile and a subtraction give). Codecs whose encoder holds the decoded value
+  // in a register override it; `scratch` holds `count` floats.
+  virtual void encodeTileResidual(const WireHeader& h, const float* c, uint64_t begin, uint64_t count,
+                                  std::byte* payload, const EncodeContext& ctx, uint64_t& saturated,
+                                  float* residualOut, float* scratch) const {
+    encodeTile(h, c, begin, count, payload, ctx, saturated, false);
+    decodeTile(h, payload, begin, count, scratch, false);
+    for (uint64_t i = 0; i < count; ++i) residualOut[i] = c[i] - scratch[i];
+  }
   // Checks every code and scale of the payload; throws DecodeError naming the first bad one.
   virtual void validatePayload(const WireHeader& h, const std::byte* payload) const = 0;
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,

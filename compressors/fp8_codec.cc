@@ -28,9 +28,14 @@ class Fp8Codec final : public BlockCodec {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      scales[block] = cpu::encodeFp8Block(x + off, len, fmt_, codes + off, saturated);
-    });
+    cpu::encodeFp8Blocks(x, count, h.blockSize, fmt_, codes, scales + begin / h.blockSize, saturated, nullptr);
+  }
+  void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;
+    cpu::encodeFp8Blocks(x, count, h.blockSize, fmt_, codes, scales + begin / h.blockSize, saturated, residualOut);
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

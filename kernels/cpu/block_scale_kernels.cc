@@ -51,19 +51,22 @@ static inline uint8_t fp8Lane(float v, const Fp8Spec& s, uint32_t maxBits) {
   return static_cast<uint8_t>(sign | code);
 }
 
-float encodeFp8Block(const float* x, size_t n, Fp8Format fmt, uint8_t* codes, uint64_t& saturated) {
+// Encodes consecutive blocks of x (the last may be short), writing one scale per block. Constants are
+// set up once per call, not per block: at 128-element blocks that setup was a third of the time.
+// kResidual: also residual[i] = x[i] - decodeFp8Block's value of codes[i].
+template <bool kResidual>
+static void encodeFp8Impl(const float* x, size_t n, size_t blockSize, Fp8Format fmt, uint8_t* codes, float* scales,
+                          uint64_t& saturated, float* residual) {
   const Fp8Spec s = fp8Spec(fmt);
-  const float scale = blockScale(blockAmax(x, n), s.maxValue);
   const uint32_t maxBits = floatBits(s.maxValue);
   // A saturation is a value that would have rounded past the largest code: at or beyond the midpoint
   // between max and the next power of the format (448 + 16 for E4M3, 57344 + 4096 for E5M2).
   const uint32_t overflowBits = maxBits + (1u << (22 - s.mantBits));
   uint64_t sat = 0;
-  size_t i = 0;
 #ifdef GRADCOMP_HAVE_AVX2
   // fp8Lane on 8 lanes: the same integer steps, selects become blends.
   const int shift = 23 - s.mantBits;
-  const __m256 vScale = _mm256_set1_ps(scale), magic = _mm256_set1_ps(s.subnormalMagic);
+  const __m256 magic = _mm256_set1_ps(s.subnormalMagic);
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
   const __m256i rebias = _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(s.bias - 127) << 23) +
                                                                 ((1u << (shift - 1)) - 1u)));
@@ -71,29 +74,101 @@ float encodeFp8Block(const float* x, size_t n, Fp8Format fmt, uint8_t* codes, ui
   const __m256i maxCode = _mm256_set1_epi32(s.maxCode), overflow = _mm256_set1_epi32(static_cast<int32_t>(overflowBits - 1));
   const __m256i magicBits = _mm256_castps_si256(magic), signMask = _mm256_set1_epi32(0x80);
   const __m128i shiftCount = _mm_cvtsi32_si128(shift);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i xb = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(x + i), vScale));
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(xb, 24), signMask);
-    const __m256i a = _mm256_and_si256(xb, absMask);
-    const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)), magicBits);
-    const __m256i odd = _mm256_and_si256(_mm256_srl_epi32(a, shiftCount), one);
-    const __m256i nor = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, rebias), odd), shiftCount);
-    const __m256i isSub = _mm256_cmpgt_epi32(minNormal, a);  // a < minNormal (both < 2^31)
-    __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(nor, sub, isSub), maxCode);
-    code = _mm256_or_si256(code, sign);
-    sat += static_cast<uint64_t>(
-        __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, overflow)))));
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
-  }
+  // For kResidual: the decode constants (see decodeFp8Block).
+  const __m256 vStep = _mm256_set1_ps(bitsToFloat(static_cast<uint32_t>(127 + 1 - s.bias - s.mantBits) << 23));
+  const __m256i mantMask = _mm256_set1_epi32((1 << s.mantBits) - 1), zeroI = _mm256_setzero_si256();
+  const __m256i expRebias = _mm256_set1_epi32((127 - s.bias) << 23);
+  const __m128i mCount = _mm_cvtsi32_si128(s.mantBits), mantShift = _mm_cvtsi32_si128(23 - s.mantBits);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i satLanes = _mm256_setzero_si256();  // per-lane counts (minus one per hit), summed at the end
 #endif
-  for (; i < n; ++i) {
-    const float v = x[i] * scale;
-    sat += absBits(v) >= overflowBits;  // only possible when the scale was capped or neutral
-    codes[i] = fp8Lane(v, s, maxBits);
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = std::min(blockSize, n - b0);
+    const float* xb = x + b0;
+    uint8_t* cb = codes + b0;
+    const float scale = blockScale(blockAmax(xb, len), s.maxValue);
+    scales[block] = scale;
+    size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+    const __m256 vScale = _mm256_set1_ps(scale), vInv = _mm256_set1_ps(1.0f / scale);
+    auto codes8 = [&](const float* p) {
+      const __m256 xv = _mm256_loadu_ps(p);
+      const __m256i xi = _mm256_castps_si256(_mm256_mul_ps(xv, vScale));
+      const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(xi, 24), signMask);
+      const __m256i a = _mm256_and_si256(xi, absMask);
+      const __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic)), magicBits);
+      const __m256i odd = _mm256_and_si256(_mm256_srl_epi32(a, shiftCount), one);
+      const __m256i nor = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, rebias), odd), shiftCount);
+      const __m256i isSub = _mm256_cmpgt_epi32(minNormal, a);  // a < minNormal (both < 2^31)
+      const __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(nor, sub, isSub), maxCode);
+      satLanes = _mm256_add_epi32(satLanes, _mm256_cmpgt_epi32(a, overflow));  // -1 per saturation
+      if constexpr (kResidual) {
+        // decodeFp8Block's arithmetic on the codes still in 32-bit lanes, subtracted from x.
+        const __m256i e = _mm256_srl_epi32(code, mCount);
+        const __m256i mant = _mm256_and_si256(code, mantMask);
+        const __m256i normal = _mm256_or_si256(_mm256_add_epi32(_mm256_slli_epi32(e, 23), expRebias),
+                                               _mm256_sll_epi32(mant, mantShift));
+        const __m256i subBits = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mant), vStep));
+        const __m256i bits = _mm256_or_si256(_mm256_blendv_epi8(normal, subBits, _mm256_cmpeq_epi32(e, zeroI)),
+                                             _mm256_slli_epi32(sign, 24));
+        const __m256 dec = _mm256_mul_ps(_mm256_castsi256_ps(bits), vInv);
+        _mm256_storeu_ps(residual + (p - x), _mm256_sub_ps(xv, dec));
+      }
+      return _mm256_or_si256(code, sign);
+    };
+    // 32 lanes per step: two packs (32 -> 16 -> 8 bits) interleave the four vectors by 128-bit lane;
+    // one dword permute restores element order for a single 32-byte store.
+    for (; i + 32 <= len; i += 32) {
+      const __m256i ab = _mm256_packus_epi32(codes8(xb + i), codes8(xb + i + 8));
+      const __m256i cd = _mm256_packus_epi32(codes8(xb + i + 16), codes8(xb + i + 24));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(cb + i), _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order));
+    }
+    for (; i + 8 <= len; i += 8) {
+      const __m256i code = codes8(xb + i);
+      const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(cb + i), _mm_packus_epi16(w, w));
+    }
+#endif
+    for (size_t j = i; j < len; ++j) {
+      const float v = xb[j] * scale;
+      sat += absBits(v) >= overflowBits;  // only possible when the scale was capped or neutral
+      cb[j] = fp8Lane(v, s, maxBits);
+    }
+    if constexpr (kResidual) {
+      if (i < len) {
+        float* rb = residual + b0;
+        decodeFp8Block(cb + i, len - i, fmt, scale, rb + i, false);
+        for (size_t j = i; j < len; ++j) rb[j] = xb[j] - rb[j];
+      }
+    }
   }
+#ifdef GRADCOMP_HAVE_AVX2
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), satLanes);
+  for (int32_t l : lanes) sat += static_cast<uint64_t>(-static_cast<int64_t>(l));
+#endif
   saturated += sat;
+}
+
+float encodeFp8Block(const float* x, size_t n, Fp8Format fmt, uint8_t* codes, uint64_t& saturated) {
+  float scale = 1.0f;
+  encodeFp8Impl<false>(x, n, std::max<size_t>(n, 1), fmt, codes, &scale, saturated, nullptr);
   return scale;
+}
+
+float encodeFp8BlockResidual(const float* x, size_t n, Fp8Format fmt, uint8_t* codes, uint64_t& saturated,
+                             float* residual) {
+  float scale = 1.0f;
+  encodeFp8Impl<true>(x, n, std::max<size_t>(n, 1), fmt, codes, &scale, saturated, residual);
+  return scale;
+}
+
+void encodeFp8Blocks(const float* x, size_t n, size_t blockSize, Fp8Format fmt, uint8_t* codes, float* scales,
+                     uint64_t& saturated, float* residual) {
+  if (residual)
+    encodeFp8Impl<true>(x, n, blockSize, fmt, codes, scales, saturated, residual);
+  else
+    encodeFp8Impl<false>(x, n, blockSize, fmt, codes, scales, saturated, nullptr);
 }
 
 void decodeFp8Block(const uint8_t* codes, size_t n, Fp8Format fmt, float scale, float* out, bool accumulate) {

@@ -16,11 +16,20 @@ float blockAmax(const float* x, size_t n);
 
 // One block: writes codes, returns the scale used; counts saturations (|x*scale| beyond the range).
 float encodeFp8Block(const float* x, size_t n, scalar::Fp8Format fmt, uint8_t* codes, uint64_t& saturated);
+// The same, also writing residual[i] = x[i] - (decodeFp8Block's value of codes[i]): fused error
+// feedback without reading the codes back or storing the decoded values.
+float encodeFp8BlockResidual(const float* x, size_t n, scalar::Fp8Format fmt, uint8_t* codes, uint64_t& saturated,
+                             float* residual);
 void decodeFp8Block(const uint8_t* codes, size_t n, scalar::Fp8Format fmt, float scale, float* out, bool accumulate);
 // Index of the first NaN/Inf code, or n.
 size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, scalar::Fp8Format fmt);
 // Index of the first int8 code -128 (outside the symmetric range), or n.
 size_t firstInt8Minimum(const int8_t* codes, size_t n);
+
+// Consecutive blocks of x (the last may be short): codes, one scale per block in scales[], and with
+// residual != nullptr also residual[i] = x[i] - decoded[i]. The tile-level entry point of the codec.
+void encodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes, float* scales,
+                     uint64_t& saturated, float* residual);
 
 // Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
 // floor(v + u); nullptr rounds to nearest even.

@@ -30,11 +30,14 @@ void writeBits(const uint8_t* flags, size_t n, size_t bitOffset, uint8_t* bits) 
 
 namespace {
 
-// Sums in double over 4 interleaved lanes (lane j takes elements i with i % 4 == j, in order),
-// combined as (l0+l1)+(l2+l3): a fixed order that the AVX2 and scalar paths both follow exactly.
+// Sums in double over 8 interleaved lanes (lane j takes elements i with i % 8 == j, in order),
+// combined as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)): a fixed order that the AVX2 and scalar paths
+// both follow exactly (and a CUDA twin can). Two 4-lane accumulators keep the add chains short.
 struct LaneSums {
-  double lane[4] = {0, 0, 0, 0};
-  double total() const { return (lane[0] + lane[1]) + (lane[2] + lane[3]); }
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double total() const {
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
 };
 
 thread_local std::vector<uint8_t> tFlags;
@@ -45,11 +48,18 @@ uint8_t* flagsScratch(size_t n) {
 }
 
 #ifdef GRADCOMP_HAVE_AVX2
-// Adds 8 floats to 4 double lanes in the scalar order: elements i..i+3, then i+4..i+7.
-inline __m256d addLanes(__m256d acc, __m256 v) {
-  acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-  return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-}
+// Adds 8 floats to the 8 double lanes: elements i..i+3 to lanes 0-3, i+4..i+7 to lanes 4-7.
+struct LaneAcc {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  void add(__m256 v) {
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  void store(LaneSums& s) const {
+    _mm256_storeu_pd(s.lane, lo);
+    _mm256_storeu_pd(s.lane + 4, hi);
+  }
+};
 
 // 8 lane masks from one byte of bits (lane j <- bit j).
 inline __m256 bitsToMask(uint8_t byte) {
@@ -88,15 +98,15 @@ float encodeSignBlock(const float* x, size_t n, uint64_t first, uint8_t* bits) {
   if ((first & 7u) == 0) {
     // Byte-aligned block starting at an even index: zeros at even positions are bits 0, 2, 4, 6.
     const __m256 zero = _mm256_setzero_ps(), absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256d acc = _mm256_setzero_pd();
+    LaneAcc acc;
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_loadu_ps(x + i);
       const int gt = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ));
       const int eq = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_EQ_OQ));
       bits[i >> 3] = static_cast<uint8_t>(gt | (eq & 0x55));
-      acc = addLanes(acc, _mm256_and_ps(v, absMask));
+      acc.add(_mm256_and_ps(v, absMask));
     }
-    _mm256_storeu_pd(sum.lane, acc);
+    acc.store(sum);
   }
 #endif
   if (i < n) {
@@ -104,7 +114,7 @@ float encodeSignBlock(const float* x, size_t n, uint64_t first, uint8_t* bits) {
     for (size_t j = i; j < n; ++j) {
       const uint8_t evenZero = x[j] == 0.0f && (((first + j) & 1u) == 0);
       f[j - i] = static_cast<uint8_t>((x[j] > 0.0f) | evenZero);
-      sum.lane[j & 3] += std::fabs(x[j]);
+      sum.lane[j & 7] += std::fabs(x[j]);
     }
     writeBits(f, n - i, (first + i) & 7u, bits + (((first & 7u) + i) >> 3));
   }
@@ -121,18 +131,18 @@ OneBitMeans encodeOneBitBlock(const float* x, size_t n, size_t bitOffset, uint8_
 #ifdef GRADCOMP_HAVE_AVX2
   if (bitOffset == 0) {
     const __m256 zero = _mm256_setzero_ps();
-    __m256d accPos = _mm256_setzero_pd(), accNeg = _mm256_setzero_pd();
+    LaneAcc accPos, accNeg;
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_loadu_ps(x + i);
       const __m256 isPos = _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
       const int m = _mm256_movemask_ps(isPos);
       bits[i >> 3] = static_cast<uint8_t>(m);
       numPos += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
-      accPos = addLanes(accPos, _mm256_and_ps(v, isPos));
-      accNeg = addLanes(accNeg, _mm256_andnot_ps(isPos, v));
+      accPos.add(_mm256_and_ps(v, isPos));
+      accNeg.add(_mm256_andnot_ps(isPos, v));
     }
-    _mm256_storeu_pd(pos.lane, accPos);
-    _mm256_storeu_pd(neg.lane, accNeg);
+    accPos.store(pos);
+    accNeg.store(neg);
   }
 #endif
   if (i < n) {
@@ -141,8 +151,8 @@ OneBitMeans encodeOneBitBlock(const float* x, size_t n, size_t bitOffset, uint8_
       const bool p = !(x[j] < 0.0f);
       f[j - i] = p;
       numPos += p;
-      pos.lane[j & 3] += p ? x[j] : 0.0f;
-      neg.lane[j & 3] += p ? 0.0f : x[j];
+      pos.lane[j & 7] += p ? x[j] : 0.0f;
+      neg.lane[j & 7] += p ? 0.0f : x[j];
     }
     writeBits(f, n - i, (bitOffset + i) & 7u, bits + ((bitOffset + i) >> 3));
   }

@@ -1,6 +1,7 @@
 // 1-bit codecs. Bits are LSB-first, one per element (element i of a byte-aligned tile in bit i % 8).
 //
-// sign (scaled sign, EF-signSGD, Karimireddy et al. 2019): bit = x > 0; the block scale is mean(|x|).
+// sign (scaled sign, EF-signSGD, Karimireddy et al. 2019): bit = x > 0; the block scale is mean(|x|),
+// summed in double over 8 interleaved lanes in a fixed order (sign_kernels.cc), as are onebit's means.
 // sign(0) is not +1 (that biases every zero upward, DeepSpeed #7769's family of bugs): a zero's bit is
 // 1 at even and 0 at odd global indices, so zeros decode to +-scale in equal numbers.
 //

@@ -196,6 +196,15 @@ TEST_P(Fp8, VectorizedBlockKernelEqualsScalar) {
   EXPECT_EQ(cpu::encodeFp8Block(x.data(), x.size(), c.fmt, codes.data(), sat), 1.0f);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(codes[i], floatToFp8(x[i], c.fmt)) << x[i];
   EXPECT_EQ(sat, 0u);
+  // The fused variant writes the same codes and exactly x - decodeFp8Block(codes).
+  std::vector<uint8_t> codes2(x.size());
+  std::vector<float> residual(x.size()), decoded(x.size());
+  x[0] = 3.0f * static_cast<float>(c.maxValue);  // a scale other than 1
+  const float scale = cpu::encodeFp8BlockResidual(x.data(), x.size(), c.fmt, codes2.data(), sat, residual.data());
+  cpu::encodeFp8Block(x.data(), x.size(), c.fmt, codes.data(), sat);
+  EXPECT_EQ(codes2, codes);
+  cpu::decodeFp8Block(codes.data(), codes.size(), c.fmt, scale, decoded.data(), false);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(floatBits(residual[i]), floatBits(x[i] - decoded[i])) << i;
 }
 
 TEST_P(Fp8, VectorizedBlockDecodeEqualsScalarForEveryCode) {
