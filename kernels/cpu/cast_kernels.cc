@@ -31,7 +31,6 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bo
     else
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
   }
-  if (streamOut) _mm_sfence();  // order the streamed stores before anything the caller does next
 #endif
   for (; i < n; ++i) {
     const float v = in[i] * prescale;
@@ -88,7 +87,6 @@ uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i0), packed);
     }
   }
-  if (streamOut) _mm_sfence();
 #endif
   for (size_t i = i0; i < n; ++i) {  // branch-free integer math: the compiler vectorizes it
     const uint32_t x = floatBits(in[i]);
@@ -122,6 +120,12 @@ static size_t firstAllOnesExponent(const uint16_t* in, size_t n) {
         if ((in[i] & kExpMask) == kExpMask) return i;
   }
   return n;
+}
+
+void fenceStreamedStores() {
+#ifdef GRADCOMP_HAVE_F16C
+  _mm_sfence();
+#endif
 }
 
 size_t firstNonFiniteFp16(const uint16_t* in, size_t n) { return firstAllOnesExponent<0x7c00>(in, n); }

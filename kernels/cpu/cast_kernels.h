@@ -8,8 +8,13 @@ namespace gradcomp::cpu {
 
 // out[i] = fp16(in[i] * prescale); returns how many finite values saturated to +-65504.
 // streamOut: write with non-temporal stores (out 16-byte aligned), for outputs far larger than the
-// caches, where a normal store first reads the line it overwrites. Same bytes either way.
+// caches, where a normal store first reads the line it overwrites. Same bytes either way; the caller
+// ends with fenceStreamedStores().
 uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut = false);
+// Orders this thread's non-temporal stores before its later stores: call once after the last
+// streamed call, before the data is handed to another thread or the caller (an sfence).
+void fenceStreamedStores();
+
 // out[i] (=|+=) fp16 value * inversePrescale.
 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
 
