@@ -1,19 +1,67 @@
 // LSB-first bit streams: element i occupies bits [i*b, i*b + b) of the byte array. Sections start on
 // a byte for every tile (tiles begin at multiples of 8 elements), and bits past the last element are
-// zero on encode and ignored on decode.
+// zero on encode and ignored on decode. Little-endian layout (as every supported target is).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace gradcomp::cpu {
 
+namespace detail {
+
+// Groups of 8 codes of B bits fill exactly B bytes. B is a template parameter so the shifts are
+// constants and the compiler unrolls (and vectorizes) the group loop.
+template <int B>
+void packGroups(const uint8_t* codes, size_t groups, uint8_t* out) {
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t word = 0;
+    for (int j = 0; j < 8; ++j) word |= static_cast<uint64_t>(codes[8 * g + j]) << (j * B);
+    std::memcpy(out + g * B, &word, B);  // little-endian
+  }
+}
+
+template <int B>
+void unpackGroups(const uint8_t* in, size_t groups, uint8_t* codes) {
+  constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t word = 0;
+    std::memcpy(&word, in + g * B, B);
+    for (int j = 0; j < 8; ++j) codes[8 * g + j] = static_cast<uint8_t>((word >> (j * B)) & kMask);
+  }
+}
+
+template <int B>
+using Width = std::integral_constant<int, B>;
+
+// Calls fn(Width<bits>{}) for bits in 1..8.
+template <typename Fn>
+void withWidth(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(Width<1>{}); break;
+    case 2: fn(Width<2>{}); break;
+    case 3: fn(Width<3>{}); break;
+    case 4: fn(Width<4>{}); break;
+    case 5: fn(Width<5>{}); break;
+    case 6: fn(Width<6>{}); break;
+    case 7: fn(Width<7>{}); break;
+    default: fn(Width<8>{}); break;
+  }
+}
+
+}  // namespace detail
+
 // Packs n codes of `bits` (1..8) bits each starting at bit 0 of `out` (whole bytes written).
+// Groups of 8 codes fill exactly `bits` bytes: built in one 64-bit word, no per-bit loop.
 inline void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
+  const size_t groups = n / 8;
+  detail::withWidth(bits, [&](auto b) { detail::packGroups<decltype(b)::value>(codes, groups, out); });
   uint64_t acc = 0;
   int filled = 0;
-  size_t o = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t o = groups * static_cast<size_t>(bits);
+  for (size_t i = groups * 8; i < n; ++i) {
     acc |= static_cast<uint64_t>(codes[i]) << filled;
     filled += bits;
     while (filled >= 8) {
@@ -26,11 +74,13 @@ inline void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
 }
 
 inline void unpackBits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
+  const size_t groups = n / 8;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  detail::withWidth(bits, [&](auto b) { detail::unpackGroups<decltype(b)::value>(in, groups, codes); });
   uint64_t acc = 0;
   int filled = 0;
-  size_t p = 0;
-  const uint32_t mask = (1u << bits) - 1u;
-  for (size_t i = 0; i < n; ++i) {
+  size_t p = groups * static_cast<size_t>(bits);
+  for (size_t i = groups * 8; i < n; ++i) {
     while (filled < bits) {
       acc |= static_cast<uint64_t>(in[p++]) << filled;
       filled += 8;

@@ -281,12 +281,80 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
   }
 }
 
+#ifdef GRADCOMP_HAVE_AVX2
+namespace {
+
+// hi and lo 32 bits of a[i] * b (b a constant) on 8 lanes: vpmuludq multiplies the even lanes, so the
+// odd lanes are shifted down, multiplied, and the halves blended back.
+inline void mulHiLo8(__m256i a, __m256i b, __m256i& hi, __m256i& lo) {
+  const __m256i even = _mm256_mul_epu32(a, b);                                             // lanes 0,2,4,6
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);                       // lanes 1,3,5,7
+  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xaa);
+  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
+}
+
+// Philox4x32-10 of 8 consecutive counter blocks (block, block+1, ... in lanes 0..7): the same
+// rounds as scalar::philox4x32_10, word w of lane L in out[w][L].
+inline void philox8(const RngStream& s, uint64_t block, __m256i out[4]) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  // 64-bit block index + lane: low word with carry into the high word.
+  const __m256i lo = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(block)), lane);
+  const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lane, _mm256_set1_epi32(INT32_MIN)),
+                                           _mm256_xor_si256(lo, _mm256_set1_epi32(INT32_MIN)));  // lo < lane: wrapped
+  __m256i c0 = lo;
+  __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int32_t>(block >> 32)), carry);
+  __m256i c2 = _mm256_set1_epi32(static_cast<int32_t>(s.step));
+  __m256i c3 = _mm256_set1_epi32(static_cast<int32_t>(s.tensor));
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int32_t>(0xD2511F53u));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int32_t>(0xCD9E8D57u));
+  uint32_t k0 = s.k0, k1 = s.k1;
+  for (int round = 0; round < 10; ++round) {
+    __m256i hi0, lo0, hi1, lo1;
+    mulHiLo8(c0, m0, hi0, lo0);
+    mulHiLo8(c2, m1, hi1, lo1);
+    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int32_t>(k0)));
+    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int32_t>(k1)));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+}  // namespace
+#endif
+
 void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u) {
   size_t i = 0;
   while (i < n && ((first + i) & 3u)) {
     u[i] = uniform01(stream.word(first + i));
     ++i;
   }
+#ifdef GRADCOMP_HAVE_AVX2
+  // 32 elements = 8 counter blocks per step; element 4L + w takes word w of lane L.
+  const __m256 toUnit = _mm256_set1_ps(5.9604644775390625e-8f);
+  for (; i + 32 <= n; i += 32) {
+    __m256i w[4];
+    philox8(stream, (first + i) >> 2, w);
+    // 4 x 8 transpose into element order, then (word >> 8) * 2^-24.
+    const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
+    const __m256i r0 = _mm256_unpacklo_epi64(t0, t2), r1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i r2 = _mm256_unpacklo_epi64(t1, t3), r3 = _mm256_unpackhi_epi64(t1, t3);
+    // r0 = lanes 0,4; r1 = lanes 1,5; r2 = lanes 2,6; r3 = lanes 3,7 (each 128-bit half one lane).
+    const __m256i e0 = _mm256_permute2x128_si256(r0, r1, 0x20), e1 = _mm256_permute2x128_si256(r2, r3, 0x20);
+    const __m256i e2 = _mm256_permute2x128_si256(r0, r1, 0x31), e3 = _mm256_permute2x128_si256(r2, r3, 0x31);
+    const __m256i* rows[4] = {&e0, &e1, &e2, &e3};
+    for (int r = 0; r < 4; ++r)
+      _mm256_storeu_ps(u + i + 8 * r, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(*rows[r], 8)), toUnit));
+  }
+#endif
   for (; i + 4 <= n; i += 4) {
     const Philox4 r = stream.block((first + i) >> 2);
     for (int j = 0; j < 4; ++j) u[i + j] = uniform01(r.v[j]);

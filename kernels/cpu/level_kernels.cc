@@ -2,6 +2,11 @@
 
 #include <cmath>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define GRADCOMP_HAVE_AVX2 1
+#endif
+
 #include "kernels/cpu/block_scale_kernels.h"
 
 namespace gradcomp::cpu {
@@ -9,6 +14,16 @@ namespace gradcomp::cpu {
 float blockL2Norm(const float* x, size_t n) {
   double lane[4] = {0, 0, 0, 0};
   size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // The same order: lane j takes x[i+j] then x[i+4+j]; products of fp32 are exact in double.
+  __m256d acc = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    acc = _mm256_add_pd(acc, _mm256_mul_pd(lo, lo));
+    acc = _mm256_add_pd(acc, _mm256_mul_pd(hi, hi));
+  }
+  _mm256_storeu_pd(lane, acc);
+#endif
   for (; i + 4 <= n; i += 4)
     for (int j = 0; j < 4; ++j) lane[j] += static_cast<double>(x[i + j]) * x[i + j];
   for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(x[i]) * x[i];
@@ -19,7 +34,24 @@ float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms,
   const float norm = blockL2Norm(x, n);
   const int s = (1 << (bits - 1)) - 1;
   const float toLevel = norm > 0.0f ? static_cast<float>(s) / norm : 0.0f;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i0 = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // The scalar loop below on 8 lanes: floor, clamp to s, sign bit only for nonzero levels.
+  const __m256 vTo = _mm256_set1_ps(toLevel), vS = _mm256_set1_ps(static_cast<float>(s)), zero = _mm256_setzero_ps();
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i signCode = _mm256_set1_epi32(1 << (bits - 1));
+  for (; i0 + 8 <= n; i0 += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i0);
+    __m256 level = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), vTo), _mm256_loadu_ps(uniforms + i0)));
+    level = _mm256_min_ps(level, vS);
+    const __m256 negative = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ), _mm256_cmp_ps(level, zero, _CMP_GT_OQ));
+    // signbit(x) for x = -0.0 is set but then level is 0, so `x < 0` gives the same code.
+    const __m256i code = _mm256_or_si256(_mm256_cvttps_epi32(level), _mm256_and_si256(_mm256_castps_si256(negative), signCode));
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
+  }
+#endif
+  for (size_t i = i0; i < n; ++i) {
     float level = std::floor(std::fabs(x[i]) * toLevel + uniforms[i]);
     level = level > static_cast<float>(s) ? static_cast<float>(s) : level;
     const uint32_t negative = std::signbit(x[i]) && level > 0.0f;
@@ -42,7 +74,22 @@ void decodeQsgdBlock(const uint8_t* codes, size_t n, int bits, float norm, float
 float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes) {
   const float maxAbs = blockAmax(x, n);
   const float inv = maxAbs > 0.0f ? 1.0f / maxAbs : 0.0f;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i0 = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  const __m256 vInv = _mm256_set1_ps(inv);
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i one = _mm256_set1_epi32(1);
+  for (; i0 + 8 <= n; i0 += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i0);
+    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i0), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
+    // 1 for a kept positive, 2 for a kept negative (sign bit, as std::signbit), 0 otherwise.
+    const __m256i neg = _mm256_srli_epi32(_mm256_castps_si256(v), 31);
+    const __m256i code = _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, neg));
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
+  }
+#endif
+  for (size_t i = i0; i < n; ++i) {
     const bool keep = uniforms[i] < std::fabs(x[i]) * inv;
     codes[i] = static_cast<uint8_t>(keep ? (std::signbit(x[i]) ? 2 : 1) : 0);
   }
@@ -50,7 +97,19 @@ float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* 
 }
 
 void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, bool accumulate) {
-  for (size_t i = 0; i < n; ++i) {
+  size_t i0 = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  const __m256 vPos = _mm256_set1_ps(maxAbs), vNeg = _mm256_set1_ps(-maxAbs);
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+  for (; i0 + 8 <= n; i0 += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i0)));
+    __m256 v = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, one)), vPos);
+    v = _mm256_or_ps(v, _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, two)), vNeg));
+    if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i0), v);
+    _mm256_storeu_ps(out + i0, v);
+  }
+#endif
+  for (size_t i = i0; i < n; ++i) {
     const float v = codes[i] == 1 ? maxAbs : (codes[i] == 2 ? -maxAbs : 0.0f);
     out[i] = accumulate ? out[i] + v : v;
   }

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
+#include <vector>
 
+#include "kernels/cpu/bit_pack.h"
+#include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/level_kernels.h"
 #include "kernels/scalar/feistel_permutation.h"
 #include "kernels/scalar/philox.h"
 
@@ -36,6 +41,71 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
   EXPECT_EQ(base.word(5), RngStream::make(42, 0, 0, 0).word(5));  // pure function of its key
   EXPECT_GE(uniform01(0xffffffffu), 0.0f);
   EXPECT_LT(uniform01(0xffffffffu), 1.0f);
+}
+
+TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
+  // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length.
+  for (uint64_t first : std::vector<uint64_t>{0, 3, 4 * uint64_t{0xfffffff0} + 1, uint64_t{1} << 40}) {
+    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 100ul, 1000ul}) {
+      const auto s = RngStream::make(123456789ull, 3, 17, 5);
+      std::vector<float> u(n);
+      cpu::fillUniforms(s, first, n, u.data());
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], uniform01(s.word(first + i))) << first << " + " << i;
+    }
+  }
+}
+
+TEST(BitPack, GroupPathEqualsBitByBitDefinitionForEveryWidth) {
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (size_t n : {1ul, 7ul, 8ul, 9ul, 63ul, 64ul, 1001ul}) {
+      std::vector<uint8_t> codes(n), back(n);
+      for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>((i * 37 + 11) & ((1u << bits) - 1));
+      std::vector<uint8_t> packed(cpu::packedBytes(n, bits), 0xff);
+      cpu::packBits(codes.data(), n, bits, packed.data());
+      for (size_t i = 0; i < n * static_cast<size_t>(bits); ++i) {  // bit i of the stream, LSB first
+        const unsigned expect = (codes[i / bits] >> (i % bits)) & 1u;
+        ASSERT_EQ((packed[i / 8] >> (i % 8)) & 1u, expect) << bits << " bits, n " << n << ", bit " << i;
+      }
+      const size_t used = n * static_cast<size_t>(bits);
+      if (used % 8) {
+        EXPECT_EQ(packed.back() >> (used % 8), 0) << "tail bits must be zero";
+      }
+      cpu::unpackBits(packed.data(), n, bits, back.data());
+      EXPECT_EQ(back, codes) << bits << " bits, n " << n;
+    }
+  }
+}
+
+TEST(LevelKernels, VectorPathsEqualTheScalarFormulas) {
+  // n = 8k + 5: the SIMD body and the scalar tail both run; every code checked against the formula.
+  const size_t n = 8 * 100 + 5;
+  std::vector<float> x(n), u(n);
+  cpu::fillUniforms(RngStream::make(1, 0, 0, 0), 0, n, u.data());
+  for (size_t i = 0; i < n; ++i) x[i] = (static_cast<float>(i % 17) - 8.0f) * 0.37f;
+  x[3] = -0.0f;
+  for (int bits : {2, 4, 8}) {
+    std::vector<uint8_t> codes(n);
+    const float norm = cpu::encodeQsgdBlock(x.data(), n, bits, u.data(), codes.data());
+    const int s = (1 << (bits - 1)) - 1;
+    for (size_t i = 0; i < n; ++i) {
+      float level = std::floor(std::fabs(x[i]) * (static_cast<float>(s) / norm) + u[i]);
+      level = std::min(level, static_cast<float>(s));
+      const unsigned expect = ((std::signbit(x[i]) && level > 0) << (bits - 1)) | static_cast<unsigned>(level);
+      ASSERT_EQ(codes[i], expect) << bits << " bits, i " << i;
+    }
+  }
+  std::vector<uint8_t> tern(n);
+  const float m = cpu::encodeTernBlock(x.data(), n, u.data(), tern.data());
+  std::vector<float> dec(n), acc(n, 1.0f);
+  cpu::decodeTernBlock(tern.data(), n, m, dec.data(), false);
+  cpu::decodeTernBlock(tern.data(), n, m, acc.data(), true);
+  for (size_t i = 0; i < n; ++i) {
+    const bool keep = u[i] < std::fabs(x[i]) * (1.0f / m);
+    ASSERT_EQ(tern[i], keep ? (std::signbit(x[i]) ? 2 : 1) : 0) << i;
+    const float v = tern[i] == 1 ? m : tern[i] == 2 ? -m : 0.0f;
+    ASSERT_EQ(dec[i], v) << i;
+    ASSERT_EQ(acc[i], 1.0f + v) << i;
+  }
 }
 
 TEST(FeistelPermutation, IsABijectionOnEveryDomainSize) {
