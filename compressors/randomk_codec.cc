@@ -102,9 +102,16 @@ class RandomKCodec final : public Compressor {
     const float scale = valueScale(h.numElements, h.count, h.flags);
     const auto perm = scalar::FeistelPermutation::make(h.numElements, seed, step, tensor);
     if (mode == DecodeMode::Overwrite) std::fill(out.begin(), out.end(), 0.0f);
+    // The writes land at random places in `out`: compute the coordinates first, then scatter with
+    // the target 32 entries ahead prefetched, so many cache misses are in flight at once.
+    constexpr uint64_t kAhead = 32;
+    thread_local std::vector<uint64_t> idx;
+    idx.resize(h.count);
+    for (uint64_t j = 0; j < h.count; ++j) idx[j] = perm(j);
     for (uint64_t j = 0; j < h.count; ++j) {
+      if (j + kAhead < h.count) __builtin_prefetch(out.data() + idx[j + kAhead], 1);
       const float v = (fp16 ? scalar::halfBitsToFloat(v16[j]) : v32[j]) * scale;
-      out[perm(j)] += v;
+      out[idx[j]] += v;
     }
   }
 
@@ -139,8 +146,10 @@ class RandomKCodec final : public Compressor {
     idx.resize(k);
     auto* v32 = reinterpret_cast<float*>(payload + l.valueOffset);
     auto* v16 = reinterpret_cast<uint16_t*>(payload + l.valueOffset);
+    for (uint64_t j = 0; j < k; ++j) idx[j] = perm(j);
+    constexpr uint64_t kAhead = 32;  // random reads: keep many misses in flight
     for (uint64_t j = 0; j < k; ++j) {
-      idx[j] = perm(j);
+      if (j + kAhead < k) __builtin_prefetch(in.data() + idx[j + kAhead]);
       if (flags_ & kFp16Values)
         v16[j] = scalar::floatToHalfBits(in[idx[j]]);
       else
