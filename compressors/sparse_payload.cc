@@ -41,6 +41,7 @@ size_t writeSparseWire(WireHeader h, const uint64_t* indices, const float* value
   // Padding bytes are part of the deterministic output: zero exactly those.
   std::memset(payload + l.indexOffset + indexBytes, 0, l.valueOffset - l.indexOffset - indexBytes);
   std::memset(payload + l.valueOffset + valueBytes, 0, l.total - l.valueOffset - valueBytes);
+  if (n == 0) return kWireHeaderBytes + l.total;  // an empty selection has null arrays: nothing to copy
   if (l.wideIndices) {
     std::memcpy(payload + l.indexOffset, indices, indexBytes);
   } else {
