@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "compressors/randomk_values.h"
 #include "compressors/sparse_payload.h"
 #include "core/error.h"
 #include "kernels/scalar/feistel_permutation.h"
@@ -167,5 +168,19 @@ class RandomKCodec final : public Compressor {
 }  // namespace
 
 std::unique_ptr<Compressor> makeRandomKCodec(const CodecSpec& spec) { return std::make_unique<RandomKCodec>(spec); }
+
+}  // namespace gradcomp
+
+namespace gradcomp {
+
+RandomKValues randomKValues(std::span<std::byte> wire) {
+  const WireHeader h = parseHeader(wire);
+  GRADCOMP_CHECK(h.codec == static_cast<uint16_t>(CodecId::RandomK), DecodeError, "expected a randomk wire, got codec ",
+                 codecIdName(h.codec));
+  GRADCOMP_CHECK((h.flags & ~(kFp16Values | kUnbiased)) == 0, DecodeError, "randomk: unknown format flags");
+  const RandomKLayout l = randomKLayout(h.count, h.flags);
+  GRADCOMP_CHECK(h.payloadBytes == l.total, DecodeError, "randomk: payload size does not match the value count");
+  return {wire.data() + kWireHeaderBytes + l.valueOffset, h.count, (h.flags & kFp16Values) != 0};
+}
 
 }  // namespace gradcomp

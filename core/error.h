@@ -23,6 +23,16 @@ class DecodeError : public Error { using Error::Error; };
 // Requested backend (CUDA, MPI, NCCL) is not compiled in or not usable.
 class BackendUnavailable : public Error { using Error::Error; };
 
+// A collective wait passed its deadline. Names the peer and the operation (with its sequence number).
+class TimeoutError : public Error { using Error::Error; };
+// A peer failed (its thread threw, its process died, the transport reported an error for it).
+class PeerFailure : public Error { using Error::Error; };
+// Ranks disagree about a collective (sequence number, element count, codec or configuration).
+// Thrown on every rank, naming both values.
+class CollectiveMismatch : public Error { using Error::Error; };
+// The transport itself failed (MPI / NCCL error code, a message larger than its receive buffer).
+class TransportError : public Error { using Error::Error; };
+
 // A gradient holds NaN or Inf. Carries the tensor id and the first offending element index.
 class NonFiniteError : public Error {
  public:

@@ -1,0 +1,102 @@
+// All-reduce algorithms. Setup (codec, error feedback, support check) happens in the constructor; run()
+// is the hot path. Every run: agreement check (sequence, count, configuration, non-finite inputs) before
+// data moves, the algorithm's sum, the average if asked, and optionally the relative error against the
+// exact fp32 all-reduce (check mode). Every rank ends with the same bits.
+//
+//   vendor        MPI_Iallreduce / ncclAllReduce on fp32 (the baseline)
+//   ring          reduce-scatter + all-gather; with a codec: the compressed ring (encode, send, decode,
+//                 accumulate in fp32 per hop; each reduced segment encoded once and forwarded unchanged)
+//   allgather     every rank's payload gathered, decoded and summed in rank order (sparse, sign, any codec)
+//   randomk       shared-seed coordinates; only the values are all-reduced (ring)
+//   hierarchical  intra-node reduce-scatter, inter-node all-reduce of each shard (any of the above),
+//                 intra-node all-gather
+//   tree          recursive doubling (latency-bound, small messages)
+// Steps and wire bytes per rank: collectives/README.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/link_model.h"
+#include "collectives/payload_codec.h"
+#include "core/exec_context.h"
+
+namespace gradcomp {
+
+enum class ReduceOp { Sum, Average };
+const char* reduceOpName(ReduceOp op);
+ReduceOp parseReduceOp(const std::string& name);
+
+struct AllreduceConfig {
+  std::string algorithm = "ring";
+  std::string codec = "none";           // codec spec (compressors/registry.h)
+  std::string errorFeedback = "none";   // error-feedback spec (compressors/error_feedback.h)
+  std::string interAlgorithm = "ring";  // hierarchical: the algorithm between nodes
+  ReduceOp op = ReduceOp::Sum;
+  uint64_t seed = 0;                    // Philox / random-k key, the same on every rank
+  size_t chunkBytes = size_t{1} << 20;  // uncompressed ring: pipeline chunk
+};
+
+struct AllreduceCall {
+  uint32_t tensorId = 0;  // keys error-feedback state and the Philox stream
+  uint32_t step = 0;
+  bool check = false;     // also run the exact fp32 all-reduce and report the relative error
+};
+
+struct AllreduceReport {
+  uint64_t sequence = 0;
+  uint64_t bytesSent = 0, bytesSentIntra = 0, bytesSentInter = 0;  // this rank, this operation
+  CodecCost cost;
+  double relativeError = -1;  // check mode: ||result - exact|| / ||exact|| (0 when exact is zero)
+  uint64_t skippedNonFinite = 0;
+};
+
+// The per-call values an algorithm's sum() sees.
+struct OpContext {
+  uint64_t sequence;
+  uint32_t tensorId, step;
+};
+
+class AllreduceAlgorithm {
+ public:
+  // Throws InvalidArgument for an unknown algorithm or an unsupported (algorithm, codec, feedback) pair,
+  // naming both.
+  static std::unique_ptr<AllreduceAlgorithm> make(const AllreduceConfig& config);
+  static std::vector<std::string> names();
+  virtual ~AllreduceAlgorithm() = default;
+
+  const AllreduceConfig& config() const { return config_; }
+  virtual std::string describe() const;
+
+  AllreduceReport run(std::span<float> data, Communicator& comm, const AllreduceCall& call = {},
+                      const ExecContext& exec = {});
+
+  // Alpha-beta prediction of the wire time for n fp32 elements on `ranks` ranks, `ranksPerNode` per node
+  // (intra links inside a node, inter links between): the formulas of collectives/README.md.
+  virtual double predictSeconds(size_t numElements, int ranks, int ranksPerNode, const LinkModel& links) const = 0;
+
+  // The codec and error feedback that carry the data (hierarchical: its inter-node algorithm's).
+  virtual PayloadCodec& codecInUse() { return payload_; }
+  ErrorFeedback& errorFeedback() { return codecInUse().errorFeedback(); }
+  PayloadCodec& payload() { return payload_; }
+
+  // The sum, in place, after the agreement check. Public so hierarchical can nest algorithms.
+  virtual void sum(std::span<float> data, Communicator& comm, const OpContext& op) = 0;
+
+ protected:
+  explicit AllreduceAlgorithm(AllreduceConfig config);
+  // Refuses the codec / error feedback this algorithm cannot carry (InvalidArgument naming both).
+  void requireLosslessOnly(const char* why) const;
+  void requireReencodable() const;
+  void requireSourceFeedback() const;
+  EncodeContext encodeContext(const Communicator& comm, const OpContext& op, size_t segment) const;
+
+  AllreduceConfig config_;
+  PayloadCodec payload_;
+};
+
+}  // namespace gradcomp

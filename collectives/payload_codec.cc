@@ -1,0 +1,52 @@
+#include "collectives/payload_codec.h"
+
+#include <chrono>
+
+#include "compressors/registry.h"
+#include "core/error.h"
+
+namespace gradcomp {
+namespace {
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+uint32_t segmentKey(uint32_t tensorId, size_t segment) {
+  GRADCOMP_CHECK_ARG(tensorId <= kMaxTensorId, "tensor id ", tensorId, " exceeds the collectives' limit ",
+                     kMaxTensorId, " (the id is combined with a 12-bit segment index)");
+  GRADCOMP_CHECK_ARG(segment < kMaxSegments, "segment ", segment, " exceeds the limit of ", kMaxSegments,
+                     " segments (world size too large for a segmented algorithm)");
+  return (tensorId << 12) | static_cast<uint32_t>(segment);
+}
+
+PayloadCodec::PayloadCodec(const std::string& codecSpec, const std::string& errorFeedbackSpec)
+    : codecSpec_(codecSpec.empty() ? "none" : codecSpec),
+      efSpec_(errorFeedbackSpec.empty() ? "none" : errorFeedbackSpec),
+      codec_(makeCompressor(codecSpec_)),
+      ef_(ErrorFeedback::make(efSpec_)),
+      raw_(codec_->id() == CodecId::None && ef_->name() == "none") {}
+
+size_t PayloadCodec::encode(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CompressOutcome out = ef_->compress(*codec_, x, wire, ctx);
+  cost_.encodeSeconds += secondsSince(t0);
+  cost_.saturated += out.encoded.saturated;
+  cost_.skipped += out.skipped ? 1 : 0;
+  ++cost_.encodes;
+  return out.encoded.wireBytes;
+}
+
+void PayloadCodec::decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode) {
+  const auto t0 = std::chrono::steady_clock::now();
+  codec_->decode(wire, out, mode);
+  cost_.decodeSeconds += secondsSince(t0);
+}
+
+std::span<std::byte> WireBuffer::span(size_t bytes) {
+  if (storage_.size() < bytes + 16) storage_.resize(bytes + 16);
+  const auto base = reinterpret_cast<uintptr_t>(storage_.data());
+  return {storage_.data() + ((16 - (base & 15)) & 15), bytes};
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,66 @@
+// A codec and an error-feedback policy as the collectives use them. Every encode goes through the policy,
+// keyed by (tensor, segment), so each rank keeps the residual of the compression error it made itself;
+// every decode validates the peer's bytes before the first write. Encode and decode time are summed here
+// so a report can say what the codec cost on the critical path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compressors/compressor.h"
+#include "compressors/error_feedback.h"
+
+namespace gradcomp {
+
+// State and Philox key of segment `segment` of tensor `tensorId`: distinct per segment so two segments
+// never share a residual or a random stream. Limits: tensorId < 2^20, segment < 4096 (checked).
+uint32_t segmentKey(uint32_t tensorId, size_t segment);
+inline constexpr uint32_t kMaxSegments = 4096;
+inline constexpr uint32_t kMaxTensorId = (1u << 20) - 1;
+
+struct CodecCost {
+  double encodeSeconds = 0, decodeSeconds = 0;
+  uint64_t saturated = 0;   // values clamped by the format (fp16 / fp8 overflow)
+  uint64_t skipped = 0;     // non-finite steps sent as zeros (nonfinite=skip)
+  uint64_t encodes = 0;
+};
+
+class PayloadCodec {
+ public:
+  PayloadCodec(const std::string& codecSpec, const std::string& errorFeedbackSpec);
+
+  const Compressor& codec() const { return *codec_; }
+  ErrorFeedback& errorFeedback() { return *ef_; }
+  const ErrorFeedback& errorFeedback() const { return *ef_; }
+  const std::string& codecSpec() const { return codecSpec_; }
+  const std::string& errorFeedbackSpec() const { return efSpec_; }
+  // codec none with no error feedback: the algorithms move raw fp32 instead of wire buffers.
+  bool raw() const { return raw_; }
+
+  size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*codec_, n, ctx); }
+  size_t encode(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx);
+  void decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode);
+
+  CodecCost& cost() { return cost_; }
+
+ private:
+  std::string codecSpec_, efSpec_;
+  std::unique_ptr<Compressor> codec_;
+  std::unique_ptr<ErrorFeedback> ef_;
+  bool raw_;
+  CodecCost cost_;
+};
+
+// A byte buffer whose data() is 16-byte aligned (the wire format's requirement), reused across calls.
+class WireBuffer {
+ public:
+  std::span<std::byte> span(size_t bytes);
+ private:
+  std::vector<std::byte> storage_;
+};
+
+}  // namespace gradcomp
