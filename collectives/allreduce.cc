@@ -112,7 +112,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
 
   AllreduceReport report;
   const TrafficStats& t = comm.traffic();
-  const uint64_t intra0 = t.bytesSent(LinkClass::Intra), inter0 = t.bytesSent(LinkClass::Inter);
+  const uint64_t control0 = t.totalBytesSent();
   PayloadCodec& codec = codecInUse();
   const CodecCost cost0 = codec.cost();
 
@@ -141,6 +141,8 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
     }
   }
 
+  const uint64_t intra0 = t.bytesSent(LinkClass::Intra), inter0 = t.bytesSent(LinkClass::Inter);
+  report.controlBytesSent = intra0 + inter0 - control0;
   std::vector<float> reference;
   if (call.check) reference.assign(data.begin(), data.end());
 
