@@ -55,6 +55,7 @@ size_t ErrorFeedback::maxEncodedBytes(const Compressor& codec, size_t n, const E
 }
 
 ErrorFeedback::TensorState& ErrorFeedback::stateFor(uint32_t tensorId, size_t n) {
+  if (numBuffers_ == 0) return stateless_;  // `none` keeps nothing, so no shape to check either
   auto it = state_.find(tensorId);
   if (it != state_.end() && it->second.buffers[0].size() != n) {
     GRADCOMP_CHECK_ARG(resetOnShapeChange_, "error feedback '", name_, "': tensor ", tensorId, " has state for ",

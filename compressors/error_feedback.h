@@ -101,6 +101,7 @@ class ErrorFeedback {
   uint64_t resets_ = 0;
   WarningSink warn_;
   std::map<uint32_t, TensorState> state_;
+  TensorState stateless_;
   std::vector<float> scratch_;
 };
 
