@@ -15,9 +15,9 @@ class AllgatherAllreduce final : public AllreduceAlgorithm {
   void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
     const int p = comm.size(), r = comm.rank();
     const EncodeContext ctx = encodeContext(comm, op, 0);
-    GatheredPayloads payloads(p, payload_.maxBytes(data.size(), ctx));
+    GatheredPayloads payloads(p, payload_.maxBytes(data.size(), ctx), scratch_.gathered);
     payloads.setSize(r, payload_.encode(data, payloads.slot(r), ctx));
-    ringAllgatherBytes({comm, op.sequence, 3, op.tensorId, op.step, config_.seed}, payloads);
+    ringAllgatherBytes({comm, op.sequence, 3, op.tensorId, op.step, config_.seed, &scratch_}, payloads);
     for (int q = 0; q < p; ++q)
       payload_.decode(payloads.payload(q), data, q == 0 ? DecodeMode::Overwrite : DecodeMode::Accumulate);
   }

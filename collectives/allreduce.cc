@@ -164,7 +164,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
     // The exact fp32 reference: the uncompressed ring on the original inputs, not counted as traffic.
     comm.traffic().setCounting(false);
     try {
-      const RingContext rc{comm, op.sequence, 0x40, call.tensorId, call.step, config_.seed};
+      const RingContext rc{comm, op.sequence, 0x40, call.tensorId, call.step, config_.seed, &scratch_};
       ringReduceScatterRaw(rc, reference, config_.chunkBytes);
       ringAllgatherRaw(rc, reference, config_.chunkBytes);
     } catch (...) {

@@ -23,6 +23,7 @@
 #include "collectives/communicator.h"
 #include "collectives/link_model.h"
 #include "collectives/payload_codec.h"
+#include "collectives/ring_primitives.h"
 #include "core/exec_context.h"
 
 namespace gradcomp {
@@ -39,6 +40,7 @@ struct AllreduceConfig {
   ReduceOp op = ReduceOp::Sum;
   uint64_t seed = 0;                    // Philox / random-k key, the same on every rank
   size_t chunkBytes = size_t{1} << 20;  // uncompressed ring: pipeline chunk
+  bool blockingVendor = false;          // vendor: blocking MPI_Allreduce, no deadline (benchmark baseline)
 };
 
 struct AllreduceCall {
@@ -98,6 +100,7 @@ class AllreduceAlgorithm {
 
   AllreduceConfig config_;
   PayloadCodec payload_;
+  RingScratch scratch_;  // buffers reused across calls
 };
 
 }  // namespace gradcomp

@@ -71,7 +71,7 @@ CollectiveReport CollectiveOps::reduceScatter(std::span<const float> input, std:
   const CodecCost cost0 = payload_.cost();
   const uint64_t seq = begin("reduce-scatter", input.size(), -1, comm, input);
   std::vector<float> work(input.begin(), input.end());
-  const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed};
+  const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed, &scratch_};
   if (payload_.raw())
     ringReduceScatterRaw(rc, work, config_.chunkBytes);
   else
@@ -90,7 +90,7 @@ CollectiveReport CollectiveOps::allGather(std::span<const float> mine, std::span
   const CodecCost cost0 = payload_.cost();
   const uint64_t seq = begin("all-gather", m, -1, comm, mine);
   std::copy(mine.begin(), mine.end(), output.begin() + static_cast<ptrdiff_t>(r * m));
-  const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed};
+  const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed, &scratch_};
   if (payload_.raw())
     ringAllgatherRaw(rc, output, config_.chunkBytes);
   else

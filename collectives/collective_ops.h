@@ -17,6 +17,7 @@
 #include <string>
 
 #include "collectives/allreduce.h"
+#include "collectives/ring_primitives.h"
 
 namespace gradcomp {
 
@@ -56,6 +57,7 @@ class CollectiveOps {
 
   CollectiveConfig config_;
   PayloadCodec payload_;
+  RingScratch scratch_;
 };
 
 }  // namespace gradcomp

@@ -79,7 +79,7 @@ void Communicator::throwTimeout(const Request& r, const char* what) const {
                  "); the peer is dead, stopped, slow, or running a different operation");
 }
 
-void Communicator::vendorAllreduceSum(std::span<float>, Deadline, uint64_t) {
+void Communicator::vendorAllreduceSum(std::span<float>, Deadline, uint64_t, bool) {
   GRADCOMP_THROW(BackendUnavailable, "the ", transport_,
                  " communicator has no vendor all-reduce (algorithm 'vendor' needs the MPI or NCCL transport)");
 }

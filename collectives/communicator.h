@@ -143,7 +143,9 @@ class Communicator {
 
   // Vendor fp32 sum all-reduce (MPI_Iallreduce / ncclAllReduce), polled against the deadline. Throws
   // BackendUnavailable where the transport has none (in-process).
-  virtual void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence);
+  // blocking=true calls the blocking MPI_Allreduce instead (no deadline: a benchmark baseline only,
+  // because Open MPI's nonblocking all-reduce is a different, often slower, implementation).
+  virtual void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence, bool blocking = false);
   // Whether buffers given to isend/irecv may live on the GPU (NCCL).
   virtual bool deviceBuffers() const { return false; }
 

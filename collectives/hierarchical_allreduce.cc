@@ -39,7 +39,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
     Groups& g = groupsFor(comm);
     const Segments shards{data.size(), static_cast<size_t>(perNode)};
     const size_t local = static_cast<size_t>(g.intra->rank());
-    const RingContext rc{*g.intra, g.intra->nextSequence(), 1, op.tensorId, op.step, config_.seed};
+    const RingContext rc{*g.intra, g.intra->nextSequence(), 1, op.tensorId, op.step, config_.seed, &scratch_};
     ringReduceScatterRaw(rc, data, config_.chunkBytes);
     const auto shard = data.subspan(shards.begin(local), shards.size(local));
     if (g.inter->size() > 1) inner_->sum(shard, *g.inter, {g.inter->nextSequence(), op.tensorId, op.step});

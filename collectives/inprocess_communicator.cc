@@ -86,9 +86,11 @@ class InProcessCommunicator final : public Communicator {
       GRADCOMP_THROW(TransportError, "in-process rank ", rank_, ": ", what, ": rank ", r.peer(), " sent ",
                      m.data.size(), " bytes into a receive buffer of ", s.buffer.size());
     if (!m.data.empty()) std::memcpy(s.buffer.data(), m.data.data(), m.data.size());
-    countReceive(r.peer(), m.data.size());
+    const size_t bytes = m.data.size();
+    countReceive(r.peer(), bytes);
     s.done = true;
-    return m.data.size();
+    world_->recycle(std::move(m.data));
+    return bytes;
   }
 
  protected:
@@ -151,7 +153,19 @@ void InProcessWorld::markFailed(int worldRank, const std::string& reason) {
 
 Clock::time_point InProcessWorld::send(const ChannelKey& key, std::span<const std::byte> data, LinkClass cls) {
   Message m;
-  m.data.assign(data.begin(), data.end());
+  {
+    std::lock_guard lock(mutex_);
+    // Best fit from the pool: the smallest buffer that holds the message.
+    auto best = pool_.end();
+    for (auto it = pool_.begin(); it != pool_.end(); ++it)
+      if (it->capacity() >= data.size() && (best == pool_.end() || it->capacity() < best->capacity())) best = it;
+    if (best != pool_.end()) {
+      m.data = std::move(*best);
+      pool_.erase(best);
+    }
+  }
+  m.data.resize(data.size());
+  if (!data.empty()) std::memcpy(m.data.data(), data.data(), data.size());
   const auto now = Clock::now();
   Clock::time_point leaves = now;
   {
@@ -174,6 +188,20 @@ Clock::time_point InProcessWorld::send(const ChannelKey& key, std::span<const st
   }
   arrived_.notify_all();
   return leaves;
+}
+
+void InProcessWorld::recycle(std::vector<std::byte>&& buffer) {
+  if (buffer.capacity() < 4096) return;
+  std::lock_guard lock(mutex_);
+  if (pool_.size() >= kPoolBuffers) {
+    // Keep the larger buffers: drop the smallest.
+    auto smallest = std::min_element(pool_.begin(), pool_.end(),
+                                     [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+    if (smallest->capacity() >= buffer.capacity()) return;
+    *smallest = std::move(buffer);
+    return;
+  }
+  pool_.push_back(std::move(buffer));
 }
 
 uint64_t InProcessWorld::postReceive(const ChannelKey& key) {

@@ -51,6 +51,9 @@ class InProcessWorld : public std::enable_shared_from_this<InProcessWorld> {
   uint64_t postReceive(const ChannelKey& key);
   // Waits for message `index` of the channel until the deadline; returns false on timeout.
   bool takeMessage(const ChannelKey& key, uint64_t index, Deadline d, Message& out);
+  // Gives a delivered message's buffer back for reuse: large fresh allocations cost page faults and
+  // zeroing on every message, which showed as 12 % of an in-process compressed all-reduce.
+  void recycle(std::vector<std::byte>&& buffer);
 
  private:
   InProcessWorld(int size, CommunicatorOptions options, LinkModel links);
@@ -65,6 +68,8 @@ class InProcessWorld : public std::enable_shared_from_this<InProcessWorld> {
   std::map<ChannelKey, Channel> channels_;
   std::vector<Clock::time_point> egressFree_[2], ingressFree_[2];
   std::vector<std::string> failed_;  // non-empty: the rank's failure reason
+  std::vector<std::vector<std::byte>> pool_;
+  static constexpr size_t kPoolBuffers = 64;
 };
 
 // Runs fn(comm) on `size` threads, one per rank. Returns each rank's exception (null if it returned).

@@ -126,10 +126,17 @@ class MpiCommunicator final : public Communicator {
     return s.bytes;
   }
 
-  void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence) override {
+  void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence, bool blocking) override {
     auto s = std::make_shared<MpiRequestState>();
     GRADCOMP_CHECK_ARG(data.size() <= static_cast<size_t>(INT_MAX), "vendor all-reduce of ", data.size(),
                        " elements exceeds MPI's int count");
+    if (blocking) {
+      GRADCOMP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
+                                       comm_));
+      traffic_->recordSend(worldRank((rank_ + 1) % size()), linkClass((rank_ + 1) % size()),
+                           2 * (static_cast<uint64_t>(size()) - 1) * data.size_bytes() / static_cast<uint64_t>(size()));
+      return;
+    }
     GRADCOMP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
                                       comm_, &s->request));
     // Ring-equivalent bytes (2(P-1)/P * S): what the library's algorithm moves is not observable.

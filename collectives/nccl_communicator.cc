@@ -77,7 +77,7 @@ class NcclCommunicator final : public Communicator {
     return s.bytes;
   }
 
-  void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence) override {
+  void vendorAllreduceSum(std::span<float> data, Deadline d, uint64_t sequence, bool) override {
     GRADCOMP_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm_, stream_));
     cudaEvent_t e;
     GRADCOMP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

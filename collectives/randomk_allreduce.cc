@@ -35,7 +35,7 @@ class RandomKAllreduce final : public AllreduceAlgorithm {
     } else if (v.count) {
       std::memcpy(values_.data(), v.data, v.count * sizeof(float));
     }
-    const RingContext rc{comm, op.sequence, 5, op.tensorId, op.step, config_.seed};
+    const RingContext rc{comm, op.sequence, 5, op.tensorId, op.step, config_.seed, &scratch_};
     if (v.fp16) {
       ringReduceScatterCoded(rc, values_, fp16Values_);
       ringAllgatherCoded(rc, values_, fp16Values_);

@@ -18,7 +18,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
   }
 
   void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
-    const RingContext rc{comm, op.sequence, 1, op.tensorId, op.step, config_.seed};
+    const RingContext rc{comm, op.sequence, 1, op.tensorId, op.step, config_.seed, &scratch_};
     if (payload_.raw()) {
       ringReduceScatterRaw(rc, data, config_.chunkBytes);
       ringAllgatherRaw(rc, data, config_.chunkBytes);

@@ -17,6 +17,13 @@ void addInto(float* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// The caller's scratch, or a temporary one for this call.
+struct ScratchRef {
+  RingScratch local;
+  RingScratch& ref;
+  explicit ScratchRef(RingScratch* s) : ref(s ? *s : local) {}
+};
+
 void expectBytes(size_t got, size_t want, const Communicator& c, const char* what) {
   if (got != want)
     GRADCOMP_THROW(TransportError, what, ": rank ", leftOf(c), " sent ", got, " bytes, expected ", want,
@@ -31,7 +38,9 @@ void ringReduceScatterRaw(const RingContext& rc, std::span<float> data, size_t c
   if (p == 1) return;
   const Segments seg{data.size(), static_cast<size_t>(p)};
   const size_t chunk = std::max<size_t>(1, chunkBytes / sizeof(float));
-  std::vector<float> incoming(seg.maxSize());
+  ScratchRef scratch(rc.scratch);
+  std::vector<float>& incoming = scratch.ref.incoming;
+  if (incoming.size() < seg.maxSize()) incoming.resize(seg.maxSize());
   std::vector<Request> recvs, sends;
   const Tag tag = makeTag(rc.sequence, rc.phase);
   for (int s = 0; s < p - 1; ++s) {
@@ -93,7 +102,8 @@ void ringReduceScatterCoded(const RingContext& rc, std::span<float> data, Payloa
   const int p = comm.size(), r = comm.rank();
   if (p == 1) return;
   const Segments seg{data.size(), static_cast<size_t>(p)};
-  WireBuffer sendBuf, recvBuf;
+  ScratchRef scratch(rc.scratch);
+  WireBuffer &sendBuf = scratch.ref.send, &recvBuf = scratch.ref.recv;
   const Tag tag = makeTag(rc.sequence, rc.phase);
   for (int s = 0; s < p - 1; ++s) {
     const size_t out = ringIndex(r - 1 - s, p), in = ringIndex(r - 2 - s, p);
@@ -124,7 +134,8 @@ void ringAllgatherCoded(const RingContext& rc, std::span<float> data, PayloadCod
     c.tensorId = segmentKey(rc.tensorId, static_cast<size_t>(q));
     maxBytes = std::max(maxBytes, codec.maxBytes(seg.size(static_cast<size_t>(q)), c));
   }
-  GatheredPayloads payloads(p, maxBytes);
+  ScratchRef scratch(rc.scratch);
+  GatheredPayloads payloads(p, maxBytes, scratch.ref.gathered);
   const auto mine = data.subspan(seg.begin(static_cast<size_t>(r)), seg.size(static_cast<size_t>(r)));
   payloads.setSize(r, codec.encode(mine, payloads.slot(r), ctx));
   codec.decode(payloads.payload(r), mine, DecodeMode::Overwrite);
@@ -135,9 +146,9 @@ void ringAllgatherCoded(const RingContext& rc, std::span<float> data, PayloadCod
                    DecodeMode::Overwrite);
 }
 
-GatheredPayloads::GatheredPayloads(int ranks, size_t maxBytes)
+GatheredPayloads::GatheredPayloads(int ranks, size_t maxBytes, WireBuffer& storage)
     : maxBytes_(maxBytes), stride_((maxBytes + 15) & ~size_t{15}), sizes_(static_cast<size_t>(ranks), 0) {
-  buffer_ = storage_.span(stride_ * static_cast<size_t>(ranks));
+  buffer_ = storage.span(stride_ * static_cast<size_t>(ranks));
 }
 
 void ringAllgatherBytes(const RingContext& rc, GatheredPayloads& payloads) {

@@ -27,12 +27,20 @@ struct Segments {
 
 inline size_t ringIndex(long long i, int p) { return static_cast<size_t>(((i % p) + p) % p); }
 
+// Buffers kept by the caller between calls: fresh multi-megabyte allocations cost page faults and
+// zeroing on every all-reduce.
+struct RingScratch {
+  WireBuffer send, recv, gathered;
+  std::vector<float> incoming;
+};
+
 struct RingContext {
   Communicator& comm;
   uint64_t sequence;
   uint32_t phase;  // tag phase of the first of the two rings (reduce-scatter); all-gather uses phase + 1
   uint32_t tensorId, step;
   uint64_t seed;
+  RingScratch* scratch = nullptr;  // null: temporary buffers
 };
 
 // Uncompressed fp32, pipelined in chunks of chunkBytes so the sum of one chunk overlaps the next transfer.
@@ -49,7 +57,7 @@ void ringAllgatherCoded(const RingContext& rc, std::span<float> data, PayloadCod
 // Variable-size byte payloads, one per rank, each 16-byte aligned (the wire format's requirement).
 class GatheredPayloads {
  public:
-  GatheredPayloads(int ranks, size_t maxBytes);
+  GatheredPayloads(int ranks, size_t maxBytes, WireBuffer& storage);
   std::span<std::byte> slot(int r) { return buffer_.subspan(static_cast<size_t>(r) * stride_, maxBytes_); }
   std::span<const std::byte> payload(int r) const {
     return buffer_.subspan(static_cast<size_t>(r) * stride_, sizes_[static_cast<size_t>(r)]);
@@ -59,7 +67,6 @@ class GatheredPayloads {
 
  private:
   size_t maxBytes_, stride_;
-  WireBuffer storage_;
   std::span<std::byte> buffer_;
   std::vector<size_t> sizes_;
 };

@@ -13,7 +13,7 @@ class VendorAllreduce final : public AllreduceAlgorithm {
     requireLosslessOnly("the vendor all-reduce sums raw fp32 (use 'ring' or 'allgather' for codecs)");
   }
   void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
-    if (comm.size() > 1) comm.vendorAllreduceSum(data, comm.deadline(), op.sequence);
+    if (comm.size() > 1) comm.vendorAllreduceSum(data, comm.deadline(), op.sequence, config_.blockingVendor);
   }
   // Modelled as the bandwidth-optimal ring; the real algorithm is the library's choice.
   double predictSeconds(size_t n, int ranks, int ranksPerNode, const LinkModel& links) const override {

@@ -88,6 +88,12 @@ CompressOutcome ErrorFeedback::compress(const Compressor& codec, std::span<const
   CompressOutcome out;
   EncodeContext c = ctx;
   c.kOverride = kOverride(codec, grad.size(), ctx);
+  // Stateless and not skipping: the codec's own tile-by-tile check raises the same NonFiniteError, so
+  // a separate pass over the gradient would only cost memory bandwidth.
+  if (numBuffers_ == 0 && !skipNonFinite_) {
+    out.encoded = codec.encode(grad, wire, c);
+    return out;
+  }
   const uint64_t bad = firstNonFinite(grad);
   if (bad != EncodeResult::kNoIndex) {
     if (!skipNonFinite_)

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "compressors/registry.h"
+#include "experiments/random_data.h"
 
 namespace gradcomp {
 namespace {
@@ -33,10 +34,8 @@ struct Row {
 
 void runCodecsCommand(const CodecsOptions& o, std::ostream& out) {
   std::vector<std::string> specs = o.codecs.empty() ? codecNames() : o.codecs;
-  std::mt19937_64 rng(o.seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(o.numElements), decoded(o.numElements);
-  for (auto& v : x) v = normal(rng);
+  const std::vector<float> x = normalVector(o.numElements, o.seed);
+  std::vector<float> decoded(o.numElements);
   double xNorm = 0;
   for (float v : x) xNorm += double(v) * v;
   xNorm = std::sqrt(xNorm);

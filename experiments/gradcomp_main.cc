@@ -1,9 +1,20 @@
 // The `gradcomp` command line.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 
+#include "collectives/mpi_communicator.h"
 #include "core/error.h"
+#include "experiments/allreduce_perf_command.h"
 #include "experiments/codecs_command.h"
+
+namespace {
+
+// Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE; PMI launchers PMI_SIZE) use the MPI transport.
+bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gradcomp: gradient compression for distributed training"};
@@ -17,11 +28,54 @@ int main(int argc, char** argv) {
   cmd->add_option("--repeats", codecs.repeats, "Timed runs per codec (median)")->check(CLI::Range(1, 1000));
   cmd->add_option("--codec", codecs.codecs, "Codec spec, repeatable (e.g. topk:ratio=0.001); default: all");
 
+  gradcomp::AllreducePerfOptions perf;
+  std::string transport = "auto";
+  int checkValue = 0;
+  auto* ar = app.add_subcommand("allreduce-perf", "All-reduce sweep over sizes x codecs x algorithms (nccl-tests style)");
+  ar->add_option("-b,--minbytes", perf.minBytes, "Smallest message in bytes (K, M, G suffixes: powers of 1024)")
+      ->transform(CLI::AsSizeValue(false));
+  ar->add_option("-e,--maxbytes", perf.maxBytes, "Largest message in bytes")->transform(CLI::AsSizeValue(false));
+  ar->add_option("-f,--stepfactor", perf.stepFactor, "Size multiplication factor between steps");
+  ar->add_option("--codec", perf.codecs, "Codec spec, repeatable (default none)");
+  ar->add_option("-a,--algorithm", perf.algorithms,
+                 "Algorithm, repeatable: vendor ring allgather randomk hierarchical tree (default ring); "
+                 "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline");
+  ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 dgc");
+  ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
+  ar->add_option("-o,--op", perf.op, "sum or avg");
+  ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations");
+  ar->add_option("-n,--iters", perf.iterations, "Timed iterations (median reported)");
+  ar->add_option("-c,--check", checkValue, "1: report the relative error against the exact fp32 all-reduce");
+  ar->add_flag("--csv", perf.csv, "CSV output");
+  ar->add_option("--seed", perf.seed, "Seed of the data, the stochastic codecs and random-k");
+  ar->add_option("--transport", transport, "auto (mpi under mpirun, else inproc), inproc, mpi");
+  ar->add_option("--ranks", perf.ranks, "In-process ranks (threads)");
+  ar->add_option("--ranks-per-node", perf.ranksPerNode, "Ranks per node (0: in-process one node, MPI discovers)");
+  ar->add_option("--link-model", perf.linkModel, "In-process pacing, e.g. inter=1gbit/50us,intra=100gbit/2us");
+  ar->add_option("--timeout", perf.timeoutSeconds, "Deadline of every wait, seconds");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (cmd->parsed()) gradcomp::runCodecsCommand(codecs, std::cout);
+    if (ar->parsed()) {
+      perf.check = checkValue != 0;
+      const bool mpi = transport == "mpi" || (transport == "auto" && launchedByMpirun());
+      if (!mpi && transport != "auto" && transport != "inproc")
+        GRADCOMP_THROW(gradcomp::InvalidArgument, "unknown transport '", transport, "' (auto, inproc, mpi)");
+      if (mpi) {
+        gradcomp::MpiSession session(&argc, &argv);
+        gradcomp::CommunicatorOptions co;
+        co.timeoutSeconds = perf.timeoutSeconds;
+        co.ranksPerNode = perf.ranksPerNode;
+        auto world = session.world(co);
+        gradcomp::runAllreducePerf(perf, *world, std::cout);
+      } else {
+        gradcomp::runAllreducePerfInProcess(perf, std::cout);
+      }
+    }
   } catch (const gradcomp::Error& e) {
     std::cerr << "gradcomp: " << e.what() << "\n";
+    gradcomp::MpiSession::markFailed();
     return 1;
   }
   return 0;
