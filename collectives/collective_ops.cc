@@ -75,7 +75,7 @@ CollectiveReport CollectiveOps::reduceScatter(std::span<const float> input, std:
   if (payload_.raw())
     ringReduceScatterRaw(rc, work, config_.chunkBytes);
   else
-    ringReduceScatterCoded(rc, work, payload_);
+    ringReduceScatterCoded(rc, work, payload_, config_.chunkBytes);
   std::copy_n(work.begin() + static_cast<ptrdiff_t>(seg.begin(mine)), output.size(), output.begin());
   if (config_.op == ReduceOp::Average)
     for (float& v : output) v /= static_cast<float>(comm.size());
@@ -94,7 +94,7 @@ CollectiveReport CollectiveOps::allGather(std::span<const float> mine, std::span
   if (payload_.raw())
     ringAllgatherRaw(rc, output, config_.chunkBytes);
   else
-    ringAllgatherCoded(rc, output, payload_);
+    ringAllgatherCoded(rc, output, payload_, config_.chunkBytes);
   return finish(seq, bytes0, cost0, comm);
 }
 

@@ -118,8 +118,9 @@ class InProcessCommunicator final : public Communicator {
 }  // namespace
 
 InProcessWorld::InProcessWorld(int size, CommunicatorOptions options, LinkModel links)
-    : size_(size), options_(options), links_(links), failed_(static_cast<size_t>(size)) {
+    : size_(size), options_(options), links_(links), failed_(static_cast<size_t>(std::max(size, 0))) {
   GRADCOMP_CHECK_ARG(size >= 1, "in-process world size must be >= 1, got ", size);
+  arrived_ = std::vector<std::condition_variable>(static_cast<size_t>(size));
   GRADCOMP_CHECK_ARG(options.ranksPerNode >= 0, "ranks per node must be >= 0, got ", options.ranksPerNode);
   GRADCOMP_CHECK_ARG(options.timeoutSeconds > 0, "communicator timeout must be positive, got ", options.timeoutSeconds,
                      " s");
@@ -148,7 +149,7 @@ void InProcessWorld::markFailed(int worldRank, const std::string& reason) {
     std::lock_guard lock(mutex_);
     failed_.at(static_cast<size_t>(worldRank)) = reason.empty() ? "failed" : reason;
   }
-  arrived_.notify_all();
+  for (auto& cv : arrived_) cv.notify_all();
 }
 
 Clock::time_point InProcessWorld::send(const ChannelKey& key, std::span<const std::byte> data, LinkClass cls) {
@@ -186,7 +187,7 @@ Clock::time_point InProcessWorld::send(const ChannelKey& key, std::span<const st
     Channel& ch = channels_[key];
     ch.messages.emplace(ch.sent++, std::move(m));
   }
-  arrived_.notify_all();
+  arrived_[static_cast<size_t>(key.dst)].notify_all();
   return leaves;
 }
 
@@ -223,7 +224,7 @@ bool InProcessWorld::takeMessage(const ChannelKey& key, uint64_t index, Deadline
     }
     const std::string& failure = failed_[static_cast<size_t>(key.src)];
     if (!failure.empty()) GRADCOMP_THROW(PeerFailure, failure);
-    if (arrived_.wait_until(lock, d.at) == std::cv_status::timeout && ch.messages.find(index) == ch.messages.end())
+    if (arrived_[static_cast<size_t>(key.dst)].wait_until(lock, d.at) == std::cv_status::timeout && ch.messages.find(index) == ch.messages.end())
       return false;
   }
 }

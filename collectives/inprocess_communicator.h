@@ -64,7 +64,7 @@ class InProcessWorld : public std::enable_shared_from_this<InProcessWorld> {
   std::vector<int> nodes_;
   std::shared_ptr<TrafficStats> unusedTraffic_;
   std::mutex mutex_;
-  std::condition_variable arrived_;
+  std::vector<std::condition_variable> arrived_;  // one per destination rank: a send wakes only its receiver
   std::map<ChannelKey, Channel> channels_;
   std::vector<Clock::time_point> egressFree_[2], ingressFree_[2];
   std::vector<std::string> failed_;  // non-empty: the rank's failure reason

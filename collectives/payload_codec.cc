@@ -37,6 +37,24 @@ size_t PayloadCodec::encode(std::span<const float> x, std::span<std::byte> wire,
   return out.encoded.wireBytes;
 }
 
+size_t PayloadCodec::encodeSlice(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx,
+                                 size_t offset, size_t fullLength) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CompressOutcome out = ef_->compressSlice(*codec_, x, wire, ctx, offset, fullLength);
+  cost_.encodeSeconds += secondsSince(t0);
+  cost_.saturated += out.encoded.saturated;
+  cost_.skipped += out.skipped ? 1 : 0;
+  ++cost_.encodes;
+  return out.encoded.wireBytes;
+}
+
+uint64_t chunkSeed(uint64_t seed, size_t segment, size_t chunk) {
+  uint64_t z = (static_cast<uint64_t>(segment) << 32) ^ static_cast<uint64_t>(chunk) ^ 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64 finalizer
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return seed ^ (z ^ (z >> 31));
+}
+
 void PayloadCodec::decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode) {
   const auto t0 = std::chrono::steady_clock::now();
   codec_->decode(wire, out, mode);

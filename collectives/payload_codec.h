@@ -19,6 +19,10 @@ namespace gradcomp {
 // State and Philox key of segment `segment` of tensor `tensorId`: distinct per segment so two segments
 // never share a residual or a random stream. Limits: tensorId < 2^20, segment < 4096 (checked).
 uint32_t segmentKey(uint32_t tensorId, size_t segment);
+
+// The Philox / random-k seed of one chunk of one segment: every chunk its own stream (the element
+// counter restarts in each encode), the same on every rank.
+uint64_t chunkSeed(uint64_t seed, size_t segment, size_t chunk);
 inline constexpr uint32_t kMaxSegments = 4096;
 inline constexpr uint32_t kMaxTensorId = (1u << 20) - 1;
 
@@ -43,6 +47,10 @@ class PayloadCodec {
 
   size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*codec_, n, ctx); }
   size_t encode(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx);
+  // Encodes elements [offset, offset + x.size()) of tensor ctx.tensorId (fullLength elements): the
+  // residual is the matching slice of the tensor's one residual (ErrorFeedback::compressSlice).
+  size_t encodeSlice(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx, size_t offset,
+                     size_t fullLength);
   void decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode);
 
   CodecCost& cost() { return cost_; }

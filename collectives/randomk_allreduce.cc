@@ -37,8 +37,8 @@ class RandomKAllreduce final : public AllreduceAlgorithm {
     }
     const RingContext rc{comm, op.sequence, 5, op.tensorId, op.step, config_.seed, &scratch_};
     if (v.fp16) {
-      ringReduceScatterCoded(rc, values_, fp16Values_);
-      ringAllgatherCoded(rc, values_, fp16Values_);
+      ringReduceScatterCoded(rc, values_, fp16Values_, config_.chunkBytes);
+      ringAllgatherCoded(rc, values_, fp16Values_, config_.chunkBytes);
       for (uint64_t j = 0; j < v.count; ++j) {
         const uint16_t h = scalar::floatToHalfBits(values_[j]);  // exact: the all-gather decoded fp16
         std::memcpy(v.data + 2 * j, &h, 2);

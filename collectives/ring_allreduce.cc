@@ -23,8 +23,8 @@ class RingAllreduce final : public AllreduceAlgorithm {
       ringReduceScatterRaw(rc, data, config_.chunkBytes);
       ringAllgatherRaw(rc, data, config_.chunkBytes);
     } else {
-      ringReduceScatterCoded(rc, data, payload_);
-      ringAllgatherCoded(rc, data, payload_);
+      ringReduceScatterCoded(rc, data, payload_, config_.chunkBytes);
+      ringAllgatherCoded(rc, data, payload_, config_.chunkBytes);
     }
   }
 

@@ -32,6 +32,7 @@ inline size_t ringIndex(long long i, int p) { return static_cast<size_t>(((i % p
 struct RingScratch {
   WireBuffer send, recv, gathered;
   std::vector<float> incoming;
+  std::vector<WireBuffer> chunkSlots;  // compressed ring: one wire buffer per in-flight chunk
 };
 
 struct RingContext {
@@ -47,12 +48,14 @@ struct RingContext {
 void ringReduceScatterRaw(const RingContext& rc, std::span<float> data, size_t chunkBytes);
 void ringAllgatherRaw(const RingContext& rc, std::span<float> data, size_t chunkBytes);
 
-// Compressed: each hop encodes the partial sum through the codec's error-feedback policy (the residual
-// stays with the rank that made the error), the receiver validates, decodes and accumulates in fp32.
-void ringReduceScatterCoded(const RingContext& rc, std::span<float> data, PayloadCodec& codec);
-// Each owner encodes its segment once; the bytes are forwarded unchanged and every rank (the owner
-// too) decodes the same bytes, so all ranks end with identical values.
-void ringAllgatherCoded(const RingContext& rc, std::span<float> data, PayloadCodec& codec);
+// Compressed, pipelined in chunks of chunkBytes of fp32 input: each hop encodes the partial sum of one
+// chunk through the codec's error-feedback policy (one residual per tensor, the rank that made an
+// error keeps it), the receiver validates, decodes and accumulates in fp32, and sends that chunk on at
+// once -- so chunk c+1 is on the wire while chunk c is decoded and re-encoded.
+void ringReduceScatterCoded(const RingContext& rc, std::span<float> data, PayloadCodec& codec, size_t chunkBytes);
+// Each owner encodes its segment once (chunk by chunk); the bytes are forwarded unchanged as soon as
+// they arrive, and every rank (the owner too) decodes the same bytes, so all ranks end identical.
+void ringAllgatherCoded(const RingContext& rc, std::span<float> data, PayloadCodec& codec, size_t chunkBytes);
 
 // Variable-size byte payloads, one per rank, each 16-byte aligned (the wire format's requirement).
 class GatheredPayloads {

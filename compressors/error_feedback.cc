@@ -74,13 +74,74 @@ ErrorFeedback::TensorState& ErrorFeedback::stateFor(uint32_t tensorId, size_t n)
   return it->second;
 }
 
+bool ErrorFeedback::overLimit(std::span<const float> values) const {
+  uint32_t worst = 0;
+  for (float v : values) worst = std::max(worst, scalar::absBits(v));
+  return !(scalar::bitsToFloat(worst) <= limit_);  // NaN compares false: caught too
+}
+
 bool ErrorFeedback::overLimit(const TensorState& st) const {
-  for (const auto& b : st.buffers) {
-    uint32_t worst = 0;
-    for (float v : b) worst = std::max(worst, scalar::absBits(v));
-    if (!(scalar::bitsToFloat(worst) <= limit_)) return true;  // NaN compares false: caught too
-  }
+  for (const auto& b : st.buffers)
+    if (overLimit(b)) return true;
   return false;
+}
+
+bool ErrorFeedback::handleNonFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                                    const EncodeContext& ctx, CompressOutcome& out) const {
+  const uint64_t bad = firstNonFinite(grad);
+  if (bad == EncodeResult::kNoIndex) return false;
+  if (!skipNonFinite_)
+    throw NonFiniteError(__FILE__, __LINE__,
+                         detail::concat("error feedback '", name_, "' with codec '", codec.name(), "': tensor ",
+                                        ctx.tensorId, " has a non-finite gradient (", grad[bad], ") at index ", bad,
+                                        " of ", grad.size(), " at step ", ctx.step),
+                         ctx.tensorId, bad);
+  // Skip: this rank contributes zeros; the state is untouched.
+  std::vector<float> zeros(grad.size(), 0.0f);
+  out.encoded = codec.encode(zeros, wire, ctx);
+  out.skipped = true;
+  return true;
+}
+
+EncodeResult ErrorFeedback::compressSliceFinite(const Compressor&, std::span<const float>, std::span<std::byte>,
+                                                const EncodeContext&, std::span<float>) {
+  GRADCOMP_THROW(InvalidArgument, "error feedback '", name_, "' cannot compress a slice of a tensor");
+}
+
+CompressOutcome ErrorFeedback::compressSlice(const Compressor& codec, std::span<const float> grad,
+                                             std::span<std::byte> wire, const EncodeContext& ctx, size_t offset,
+                                             size_t fullLength) {
+  GRADCOMP_CHECK_ARG(sliceable(), "error feedback '", name_,
+                     "' cannot compress a slice of a tensor: its state is not elementwise (use none or ef)");
+  GRADCOMP_CHECK_ARG(offset <= fullLength && grad.size() <= fullLength - offset, "error feedback slice [", offset,
+                     ", ", offset + grad.size(), ") outside a tensor of ", fullLength, " elements");
+  CompressOutcome out;
+  if (numBuffers_ == 0 && !skipNonFinite_) {
+    out.encoded = codec.encode(grad, wire, ctx);
+    return out;
+  }
+  if (handleNonFinite(codec, grad, wire, ctx, out)) return out;
+  std::span<float> residual;
+  if (numBuffers_ > 0 && !grad.empty())
+    residual = std::span(stateFor(ctx.tensorId, fullLength).buffers[0]).subspan(offset, grad.size());
+  try {
+    out.encoded = compressSliceFinite(codec, grad, wire, ctx, residual);
+  } catch (const NonFiniteError&) {
+    warn(detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId, " state became non-finite at step ",
+                        ctx.step, " (elements ", offset, "..", offset + grad.size(), "); reset to zero"));
+    std::fill(residual.begin(), residual.end(), 0.0f);
+    ++resets_;
+    out.residualReset = true;
+    out.encoded = compressSliceFinite(codec, grad, wire, ctx, residual);
+  }
+  if (!residual.empty() && overLimit(residual)) {
+    warn(detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId, " state exceeded |x| <= ", limit_,
+                        " at step ", ctx.step, " (elements ", offset, "..", offset + grad.size(), "); reset to zero"));
+    std::fill(residual.begin(), residual.end(), 0.0f);
+    ++resets_;
+    out.residualReset = true;
+  }
+  return out;
 }
 
 CompressOutcome ErrorFeedback::compress(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
@@ -94,20 +155,7 @@ CompressOutcome ErrorFeedback::compress(const Compressor& codec, std::span<const
     out.encoded = codec.encode(grad, wire, c);
     return out;
   }
-  const uint64_t bad = firstNonFinite(grad);
-  if (bad != EncodeResult::kNoIndex) {
-    if (!skipNonFinite_)
-      throw NonFiniteError(__FILE__, __LINE__,
-                           detail::concat("error feedback '", name_, "' with codec '", codec.name(), "': tensor ",
-                                          ctx.tensorId, " has a non-finite gradient (", grad[bad], ") at index ", bad,
-                                          " of ", grad.size(), " at step ", ctx.step),
-                           ctx.tensorId, bad);
-    // Skip: this rank contributes zeros; the state is untouched.
-    std::vector<float> zeros(grad.size(), 0.0f);
-    out.encoded = codec.encode(zeros, wire, c);
-    out.skipped = true;
-    return out;
-  }
+  if (handleNonFinite(codec, grad, wire, c, out)) return out;
   if (grad.empty()) {
     out.encoded = codec.encode(grad, wire, c);
     return out;

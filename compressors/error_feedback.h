@@ -58,6 +58,15 @@ class ErrorFeedback {
   CompressOutcome compress(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                            const EncodeContext& ctx);
 
+  // Compresses elements [offset, offset + grad.size()) of tensor ctx.tensorId, whose state covers
+  // fullLength elements. The compressed ring encodes every chunk of a tensor separately (one chunk per
+  // message, pipelined) and keeps one residual per tensor; only policies whose state is elementwise
+  // (none, ef) support it -- others throw InvalidArgument. Same non-finite / limit rules as compress(),
+  // applied to the slice.
+  CompressOutcome compressSlice(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                                const EncodeContext& ctx, size_t offset, size_t fullLength);
+  virtual bool sliceable() const { return false; }
+
   // Turns the all-reduced decoded payloads into the update the optimizer applies (identity except
   // for ef21, which adds them to its shared estimate and returns that).
   virtual void finish(uint32_t tensorId, std::span<float> reduced);
@@ -84,6 +93,10 @@ class ErrorFeedback {
   virtual EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                                       const EncodeContext& ctx, TensorState& st) = 0;
   virtual uint64_t kOverride(const Compressor& codec, size_t n, const EncodeContext& ctx) const;
+  // compressSlice's policy step: `residual` is the slice of buffer 0 (empty for stateless policies).
+  virtual EncodeResult compressSliceFinite(const Compressor& codec, std::span<const float> grad,
+                                           std::span<std::byte> wire, const EncodeContext& ctx,
+                                           std::span<float> residual);
 
   std::vector<float>& scratch(size_t n);
   std::vector<float>* mutableStateBuffer(uint32_t tensorId, int which);
@@ -92,6 +105,10 @@ class ErrorFeedback {
  private:
   TensorState& stateFor(uint32_t tensorId, size_t n);
   bool overLimit(const TensorState& st) const;
+  bool overLimit(std::span<const float> values) const;
+  // Non-finite gradient: throws (nonfinite=error) or encodes zeros (skip) and returns true.
+  bool handleNonFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                       const EncodeContext& ctx, CompressOutcome& out) const;
 
   std::string name_;
   int numBuffers_;

@@ -11,8 +11,13 @@ namespace {
 class NoFeedback final : public ErrorFeedback {
  public:
   explicit NoFeedback(const CodecSpec& spec) : ErrorFeedback(spec, 0) {}
+  bool sliceable() const override { return true; }
 
  protected:
+  EncodeResult compressSliceFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                                   const EncodeContext& ctx, std::span<float>) override {
+    return codec.encode(grad, wire, ctx);
+  }
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                               const EncodeContext& ctx, TensorState&) override {
     return codec.encode(grad, wire, ctx);
@@ -23,8 +28,13 @@ class NoFeedback final : public ErrorFeedback {
 class ResidualFeedback final : public ErrorFeedback {
  public:
   explicit ResidualFeedback(const CodecSpec& spec) : ErrorFeedback(spec, 1) {}
+  bool sliceable() const override { return true; }
 
  protected:
+  EncodeResult compressSliceFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                                   const EncodeContext& ctx, std::span<float> residual) override {
+    return codec.encodeWithResidual(grad, residual, residual, wire, ctx);
+  }
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                               const EncodeContext& ctx, TensorState& st) override {
     // In place: the gradient was checked finite before any state is touched, and a residual that

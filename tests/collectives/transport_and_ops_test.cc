@@ -80,7 +80,7 @@ TEST(Traffic, CompressedRingSendsTheEncodedSegments) {
     auto algo = AllreduceAlgorithm::make(c);
     auto x = normalInput(comm.rank(), n);
     const auto report = algo->run(x, comm);
-    const size_t segmentWire = algo->payload().maxBytes(n / p, {});
+    const size_t segmentWire = algo->payload().maxBytes(n / p, {});  // 1024 floats: one chunk per segment
     EXPECT_EQ(report.bytesSent, 2 * (p - 1) * segmentWire);
     EXPECT_EQ(report.cost.encodes, static_cast<uint64_t>(p));  // P-1 hops + one all-gather encode
     EXPECT_GT(report.cost.encodeSeconds, 0.0);
@@ -293,18 +293,17 @@ TEST(ErrorFeedback, CompressedRingLosesNothingAcrossSteps) {
     AllreduceConfig c;
     c.codec = "sign";
     c.errorFeedback = "ef";
+    c.chunkBytes = 1024;  // 256-element chunks: the residual slices of many chunks must tile the tensor
     auto algo = AllreduceAlgorithm::make(c);
     for (int t = 0; t < steps; ++t) {
       auto x = normalInput(comm.rank() * 100 + t, n);
       algo->run(x, comm, {1, static_cast<uint32_t>(t), false});
       for (size_t i = 0; i < n; ++i) resultSum[static_cast<size_t>(comm.rank())][i] += x[i];
     }
-    const Segments seg{n, static_cast<size_t>(p)};
-    for (size_t s = 0; s < static_cast<size_t>(p); ++s) {
-      const auto e = algo->errorFeedback().stateBuffer(segmentKey(1, s), 0);
-      ASSERT_EQ(e.size(), seg.size(s));
-      for (size_t i = 0; i < e.size(); ++i) residual[static_cast<size_t>(comm.rank())][seg.begin(s) + i] = e[i];
-    }
+    // One residual per tensor and rank, covering every chunk this rank encoded.
+    const auto e = algo->errorFeedback().stateBuffer(1, 0);
+    ASSERT_EQ(e.size(), n);
+    for (size_t i = 0; i < n; ++i) residual[static_cast<size_t>(comm.rank())][i] = e[i];
   });
   std::vector<double> exact(n, 0.0), lost(n, 0.0);
   for (int r = 0; r < p; ++r)
