@@ -334,3 +334,50 @@ TEST(ErrorFeedback, NonePolicyAcceptsAnySizeForOneTensorId) {
 
 }  // namespace
 }  // namespace gradcomp
+
+namespace gradcomp {
+namespace {
+
+// compressSlice keeps one residual per tensor; each slice updates only its own elements, with the ef
+// invariant g + e_before == D(wire) + e_after on the slice.
+TEST(ErrorFeedback, SlicesOfOneTensorShareOneResidualAndTouchOnlyTheirElements) {
+  auto ef = ErrorFeedback::make("ef");
+  const auto codec = makeCompressor("int8");
+  const size_t n = 3000;
+  const auto g = normalVector(n, 9);
+  const size_t cuts[] = {0, 1000, 1700, 3000};
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int s = 0; s < 3; ++s) {
+      const size_t begin = cuts[s], count = cuts[s + 1] - cuts[s];
+      const auto before = std::vector<float>(ef->stateBuffer(4, 0).begin(), ef->stateBuffer(4, 0).end());
+      const std::span<const float> slice(g.data() + begin, count);
+      const size_t cap = ef->maxEncodedBytes(*codec, count, {});
+      testing::WireBuffer buf(cap);
+      const auto out = ef->compressSlice(*codec, slice, buf.span(cap), {1, 0, 0, 4, 0}, begin, n);
+      std::vector<float> decoded(count);
+      codec->decode(buf.span(out.encoded.wireBytes), decoded, DecodeMode::Overwrite);
+      const auto after = ef->stateBuffer(4, 0);
+      ASSERT_EQ(after.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const float e0 = before.empty() ? 0.0f : before[i];
+        if (i < begin || i >= begin + count) {
+          ASSERT_EQ(after[i], e0) << "element " << i << " outside the slice changed";
+        } else {
+          ASSERT_NEAR(g[i] + e0, decoded[i - begin] + after[i], 1e-5f * (1 + std::abs(g[i] + e0)));
+        }
+      }
+    }
+  }
+}
+
+TEST(ErrorFeedback, SlicesAreRefusedForPoliciesWithNonElementwiseStateAndOutOfRange) {
+  const auto codec = makeCompressor("int8");
+  const auto g = normalVector(10, 1);
+  testing::WireBuffer buf(4096);
+  for (const char* policy : {"ef21", "dgc"})
+    EXPECT_THROW(ErrorFeedback::make(policy)->compressSlice(*codec, g, buf.span(4096), {}, 0, 10), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("ef")->compressSlice(*codec, g, buf.span(4096), {}, 5, 10), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradcomp
