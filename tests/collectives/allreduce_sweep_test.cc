@@ -113,7 +113,7 @@ TEST_P(AllreduceSweep, SameBitsOnEveryRankAndCorrect) {
   }, options);
 
   for (int r = 1; r < p; ++r)
-    ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<size_t>(r)].data(), n * sizeof(float)))
+    ASSERT_TRUE(n == 0 || std::memcmp(results[0].data(), results[static_cast<size_t>(r)].data(), n * sizeof(float)) == 0)
         << "rank " << r << " differs from rank 0";
   if (c.lossless) {
     const auto want = exactSum(p, n);
