@@ -95,6 +95,15 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
   const std::vector<std::string> codecs = o.codecs.empty() ? std::vector<std::string>{"none"} : o.codecs;
   const std::vector<std::string> algorithms =
       o.algorithms.empty() ? std::vector<std::string>{"ring"} : o.algorithms;
+  std::vector<std::pair<std::string, std::string>> pairs;  // (algorithm, codec), in output order
+  for (const auto& c : o.cases) {
+    const auto slash = c.find('/');
+    GRADCOMP_CHECK_ARG(slash != std::string::npos, "--case '", c, "' is not algorithm/codec");
+    pairs.emplace_back(c.substr(0, slash), c.substr(slash + 1));
+  }
+  if (pairs.empty())
+    for (const auto& a : algorithms)
+      for (const auto& c : codecs) pairs.emplace_back(a, c);
   const int p = comm.size();
   const LinkModel links = LinkModel::parse(o.linkModel);
   const int rpn = comm.uniformRanksPerNode();
@@ -104,8 +113,8 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
     const size_t n = bytes / 4;
     const std::vector<float> input = normalVector(n, o.seed * 7919 + static_cast<uint64_t>(comm.rank()));
     std::vector<float> x(n);
-    for (const auto& algorithmName : algorithms) {
-      for (const auto& codec : codecs) {
+    for (const auto& [algorithmName, codec] : pairs) {
+      {
         AllreduceConfig cfg;
         cfg.algorithm = algorithmName == "vendor-blocking" ? "vendor" : algorithmName;
         cfg.blockingVendor = algorithmName == "vendor-blocking";

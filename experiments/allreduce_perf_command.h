@@ -19,6 +19,7 @@ struct AllreducePerfOptions {
   double stepFactor = 2;
   std::vector<std::string> codecs;      // default: none
   std::vector<std::string> algorithms;  // default: ring
+  std::vector<std::string> cases;       // "algorithm/codec" pairs; when given, instead of the product
   std::string errorFeedback = "none";   // for lossy codecs (lossless runs use none)
   std::string interAlgorithm = "ring";
   std::string op = "sum";

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   ar->add_option("-a,--algorithm", perf.algorithms,
                  "Algorithm, repeatable: vendor ring allgather randomk hierarchical tree (default ring); "
                  "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline");
+  ar->add_option("--case", perf.cases, "algorithm/codec pair, repeatable (instead of every -a x --codec)");
   ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
   ar->add_option("-o,--op", perf.op, "sum or avg");
