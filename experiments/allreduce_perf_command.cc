@@ -21,7 +21,7 @@ struct Row {
   std::string codec, algorithm;
   int ranks;
   double seconds, encodeSeconds, decodeSeconds;
-  uint64_t wireBytes;
+  uint64_t wireBytes, interBytes;
   double ratio, relError;
   double modelSeconds;  // link model's wire time + measured encode/decode (0 without a link model)
 };
@@ -53,13 +53,14 @@ std::vector<size_t> sizesOf(const AllreducePerfOptions& o) {
 void printTable(const std::vector<Row>& rows, const AllreducePerfOptions& o, const std::string& transport,
                 std::ostream& out) {
   if (o.csv) {
-    out << "bytes,count,codec,algorithm,ranks,time_us,algbw_GBps,busbw_GBps,wire_bytes_per_rank,ratio_vs_ring,"
+    out << "bytes,count,codec,algorithm,ranks,time_us,algbw_GBps,busbw_GBps,wire_bytes_per_rank,"
+           "inter_node_bytes_per_rank,ratio_vs_ring,"
            "encode_us,decode_us,relative_error,model_us\n";
     for (const auto& r : rows) {
       const double algbw = static_cast<double>(r.bytes) / r.seconds / 1e9;
       out << r.bytes << ',' << r.bytes / 4 << ',' << r.codec << ',' << r.algorithm << ',' << r.ranks << ','
           << r.seconds * 1e6 << ',' << algbw << ',' << algbw * 2.0 * (r.ranks - 1) / r.ranks << ',' << r.wireBytes
-          << ',' << r.ratio << ',' << r.encodeSeconds * 1e6 << ',' << r.decodeSeconds * 1e6 << ',';
+          << ',' << r.interBytes << ',' << r.ratio << ',' << r.encodeSeconds * 1e6 << ',' << r.decodeSeconds * 1e6 << ',';
       if (r.relError >= 0) out << r.relError;
       out << ',';
       if (r.modelSeconds > 0) out << r.modelSeconds * 1e6;
@@ -71,14 +72,14 @@ void printTable(const std::vector<Row>& rows, const AllreducePerfOptions& o, con
       << o.op << ", warm-up " << o.warmup << ", median of " << o.iterations << " iterations of the slowest rank\n";
   out << std::right << std::setw(12) << "bytes" << std::setw(24) << "codec" << std::setw(17) << "algorithm"
       << std::setw(6) << "ranks" << std::setw(12) << "time(us)" << std::setw(10) << "algbw" << std::setw(10)
-      << "busbw" << std::setw(14) << "wire B/rank" << std::setw(9) << "ratio" << std::setw(12) << "codec(us)"
+      << "busbw" << std::setw(14) << "wire B/rank" << std::setw(14) << "inter B/rank" << std::setw(9) << "ratio" << std::setw(12) << "codec(us)"
       << std::setw(11) << "rel.err" << std::setw(12) << "time/model" << "\n";
   for (const auto& r : rows) {
     const double algbw = static_cast<double>(r.bytes) / r.seconds / 1e9;
     out << std::setw(12) << r.bytes << std::setw(24) << r.codec << std::setw(17) << r.algorithm << std::setw(6)
         << r.ranks << std::fixed << std::setprecision(1) << std::setw(12) << r.seconds * 1e6 << std::setprecision(3)
         << std::setw(10) << algbw << std::setw(10) << algbw * 2.0 * (r.ranks - 1) / r.ranks << std::setw(14)
-        << r.wireBytes << std::setprecision(2) << std::setw(9) << r.ratio << std::setprecision(1) << std::setw(12)
+        << r.wireBytes << std::setw(14) << r.interBytes << std::setprecision(2) << std::setw(9) << r.ratio << std::setprecision(1) << std::setw(12)
         << (r.encodeSeconds + r.decodeSeconds) * 1e6;
     if (r.relError >= 0) out << std::scientific << std::setprecision(2) << std::setw(11) << r.relError;
     else out << std::setw(11) << "-";
@@ -148,10 +149,11 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
           relError = algo->run(x, comm, {0, 0, true}).relativeError;
         }
         const auto stats = maxOverRanks(comm, {static_cast<double>(last.bytesSent), last.cost.encodeSeconds,
-                                               last.cost.decodeSeconds});
+                                               last.cost.decodeSeconds, static_cast<double>(last.bytesSentInter)});
         const double ringBytes = 2.0 * (p - 1) / p * static_cast<double>(bytes);
         rows.push_back({bytes, codec, algorithmName == "hierarchical" ? "hier/" + o.interAlgorithm : algorithmName, p,
                         times[times.size() / 2], stats[1], stats[2], static_cast<uint64_t>(stats[0]),
+                        static_cast<uint64_t>(stats[3]),
                         stats[0] > 0 ? ringBytes / stats[0] : 1.0, relError,
                         links.active() ? algo->predictSeconds(n, p, rpn, links) + stats[1] + stats[2] : 0.0});
       }
