@@ -121,10 +121,14 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   op.sequence = comm.nextSequence();
   op.count = data.size();
   op.config = describe() + (call.check ? " check" : "");
-  // Lossy paths reject NaN/Inf; find them first so every rank applies the same policy.
+  // Lossy paths reject NaN/Inf; find them first so every rank applies the same policy. The scan is
+  // part of what compression costs, so it is counted as encode time.
+  double scanSeconds = 0;
   if (!payload_.raw()) {
+    const auto t0 = Clock::now();
     const uint64_t bad = firstNonFinite(data);
     if (bad != EncodeResult::kNoIndex) op.nonFiniteIndex = bad;
+    scanSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   const NonFiniteInput bad = agreeOnOperation(comm, op);
   report.sequence = op.sequence;
@@ -157,7 +161,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   report.bytesSentInter = t.bytesSent(LinkClass::Inter) - inter0;
   report.bytesSent = report.bytesSentIntra + report.bytesSentInter;
   const CodecCost& c = codec.cost();
-  report.cost = {c.encodeSeconds - cost0.encodeSeconds, c.decodeSeconds - cost0.decodeSeconds,
+  report.cost = {c.encodeSeconds - cost0.encodeSeconds + scanSeconds, c.decodeSeconds - cost0.decodeSeconds,
                  c.saturated - cost0.saturated, c.skipped - cost0.skipped, c.encodes - cost0.encodes};
 
   if (call.check) {

@@ -16,7 +16,16 @@ namespace {
 using testing::messageOf;
 using testing::normalInput;
 
-double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Runs the all-reduce and records how long it took to succeed or fail in `elapsed[rank]`.
+void timedRun(AllreduceAlgorithm& algo, std::span<float> x, Communicator& comm, std::vector<double>& elapsed) {
+  const auto t0 = Clock::now();
+  try {
+    algo.run(x, comm);
+  } catch (...) {
+    elapsed[static_cast<size_t>(comm.rank())] = std::chrono::duration<double>(Clock::now() - t0).count();
+    throw;
+  }
+}
 
 AllreduceConfig config(const char* algorithm, const char* codec = "none", const char* ef = "none") {
   AllreduceConfig c;
@@ -96,13 +105,7 @@ TEST(Deadline, SkippedOperationTimesOutNamingTheSequenceNumber) {
     std::vector<float> x(100, 1.0f);
     algo->run(x, comm);
     if (comm.rank() == 1) return;  // skips operation #1
-    const auto t0 = Clock::now();
-    try {
-      algo->run(x, comm);
-    } catch (...) {
-      elapsed[static_cast<size_t>(comm.rank())] = secondsSince(t0);
-      throw;
-    }
+    timedRun(*algo, x, comm, elapsed);
   }, withTimeout(deadline));
   EXPECT_FALSE(errors[1]);
   for (int r : {0, 2}) {
@@ -122,13 +125,7 @@ TEST(Deadline, DeadPeerFailsSurvivorsNamingThePeer) {
     auto algo = AllreduceAlgorithm::make(config("ring", "int8"));
     auto x = normalInput(comm.rank(), 10000);
     if (comm.rank() == 3) throw std::runtime_error("rank 3 crashed");
-    const auto t0 = Clock::now();
-    try {
-      algo->run(x, comm);
-    } catch (...) {
-      elapsed[static_cast<size_t>(comm.rank())] = secondsSince(t0);
-      throw;
-    }
+    timedRun(*algo, x, comm, elapsed);
   }, withTimeout(deadline));
   // Rank 3's neighbours learn at once; the others time out or fail through them, never later than 2x.
   for (int r = 0; r < 3; ++r) {
@@ -150,13 +147,7 @@ TEST(Deadline, StoppedPeerTimesOutAndAShorterDelaySucceeds) {
       auto algo = AllreduceAlgorithm::make(config("ring", "fp16"));
       auto x = normalInput(comm.rank(), 5000);
       if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      const auto t0 = Clock::now();
-      try {
-        algo->run(x, comm);
-      } catch (...) {
-        elapsed[static_cast<size_t>(comm.rank())] = secondsSince(t0);
-        throw;
-      }
+      timedRun(*algo, x, comm, elapsed);
     }, withTimeout(deadline));
     if (delay < deadline) {
       for (const auto& e : errors) EXPECT_FALSE(e) << messageOf(e);
