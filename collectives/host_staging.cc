@@ -5,13 +5,7 @@
 #include "core/error.h"
 
 #ifdef GRADCOMP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#define GRADCOMP_CUDA_CHECK(call)                                                                        \
-  do {                                                                                                   \
-    const cudaError_t gcErr_ = (call);                                                                   \
-    if (gcErr_ != cudaSuccess)                                                                           \
-      GRADCOMP_THROW(::gradcomp::BackendUnavailable, #call " failed: ", cudaGetErrorString(gcErr_));     \
-  } while (0)
+#include "core/cuda_check.h"
 #endif
 
 namespace gradcomp {

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "core/error.h"
 
 namespace gradcomp {
@@ -16,12 +17,6 @@ namespace {
     const ncclResult_t gcRc_ = (call);                                                               \
     if (gcRc_ != ncclSuccess && gcRc_ != ncclInProgress)                                             \
       GRADCOMP_THROW(::gradcomp::TransportError, #call " failed: ", ncclGetErrorString(gcRc_));      \
-  } while (0)
-#define GRADCOMP_CUDA_CHECK(call)                                                                    \
-  do {                                                                                               \
-    const cudaError_t gcErr_ = (call);                                                               \
-    if (gcErr_ != cudaSuccess)                                                                       \
-      GRADCOMP_THROW(::gradcomp::TransportError, #call " failed: ", cudaGetErrorString(gcErr_));     \
   } while (0)
 
 struct NcclRequestState : Request::State {
