@@ -82,6 +82,13 @@ class AllreduceAlgorithm {
   // (intra links inside a node, inter links between): the formulas of collectives/README.md.
   virtual double predictSeconds(size_t numElements, int ranks, int ranksPerNode, const LinkModel& links) const = 0;
 
+  // Elements each rank encodes and decodes in one all-reduce of n elements (the codec's share of the
+  // cost model: multiply by the codec's seconds per element). Zero for the uncompressed paths.
+  struct CodecWork {
+    double encodeElements = 0, decodeElements = 0;
+  };
+  virtual CodecWork codecWork(size_t numElements, int ranks, int ranksPerNode) const = 0;
+
   // The codec and error feedback that carry the data (hierarchical: its inter-node algorithm's).
   virtual PayloadCodec& codecInUse() { return payload_; }
   ErrorFeedback& errorFeedback() { return codecInUse().errorFeedback(); }

@@ -53,6 +53,10 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
     const double intra = 2.0 * (perNode - 1) * links.intra.seconds(shard * sizeof(float));
     return intra + inner_->predictSeconds(shard, nodes, 1, links);
   }
+  CodecWork codecWork(size_t n, int ranks, int ranksPerNode) const override {
+    const int perNode = ranksPerNode > 0 ? ranksPerNode : ranks;
+    return inner_->codecWork((n + static_cast<size_t>(perNode) - 1) / static_cast<size_t>(perNode), ranks / perNode, 1);
+  }
 
  private:
   struct Groups {

@@ -57,6 +57,8 @@ class RandomKAllreduce final : public AllreduceAlgorithm {
     const size_t k = payload_.codec().sparseEntries(n);
     return 2.0 * (ranks - 1) * l.seconds(k * sizeof(float) / static_cast<size_t>(ranks));
   }
+  // One encode (a pass over the tensor with error feedback) and one decode (a scatter into zeros).
+  CodecWork codecWork(size_t n, int, int) const override { return {static_cast<double>(n), static_cast<double>(n)}; }
 
  private:
   PayloadCodec fp16Values_;

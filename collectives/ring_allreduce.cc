@@ -34,6 +34,13 @@ class RingAllreduce final : public AllreduceAlgorithm {
     const size_t segment = (n + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
     return 2.0 * (ranks - 1) * l.seconds(encodedBytes(payload_, segment));
   }
+  // Every rank encodes each segment once (P-1 hops + its all-gather segment) and decodes P-1 hop
+  // payloads and P-1 all-gather payloads plus its own.
+  CodecWork codecWork(size_t n, int ranks, int) const override {
+    if (payload_.raw() || ranks <= 1) return {};
+    const double seg = static_cast<double>(n) / ranks;
+    return {static_cast<double>(n), seg * (2.0 * (ranks - 1) + 1)};
+  }
 };
 
 }  // namespace

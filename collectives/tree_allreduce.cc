@@ -52,6 +52,13 @@ class TreeAllreduce final : public AllreduceAlgorithm {
     const double fold = ranks > p2 ? l.seconds(encodedBytes(payload_, n)) + l.seconds(n * sizeof(float)) : 0.0;
     return rounds * l.seconds(encodedBytes(payload_, n)) + fold;
   }
+  // Per round: encode the vector, decode it and the partner's.
+  CodecWork codecWork(size_t n, int ranks, int) const override {
+    if (payload_.raw() || ranks <= 1) return {};
+    int rounds = 0;
+    for (int p2 = 1; p2 * 2 <= ranks; p2 *= 2) ++rounds;
+    return {static_cast<double>(n) * rounds, 2.0 * static_cast<double>(n) * rounds};
+  }
 
  private:
   static void expect(size_t got, size_t want) {

@@ -21,6 +21,7 @@ class VendorAllreduce final : public AllreduceAlgorithm {
     const LinkSpec& l = ranksPerNode < ranks ? links.inter : links.intra;
     return 2.0 * (ranks - 1) * l.seconds(n * sizeof(float) / static_cast<size_t>(ranks));
   }
+  CodecWork codecWork(size_t, int, int) const override { return {}; }
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "collectives/inprocess_communicator.h"
 #include "collectives/small_collectives.h"
 #include "core/error.h"
+#include "experiments/cost_model.h"
 #include "experiments/random_data.h"
 
 namespace gradcomp {
@@ -118,6 +119,24 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
       {
         AllreduceConfig cfg;
         cfg.algorithm = algorithmName == "vendor-blocking" ? "vendor" : algorithmName;
+        if (algorithmName == "auto") {
+          // The cost model's pick for this size: every rank uses the slowest rank's codec speed and so
+          // makes the same choice (the agreement check would refuse different ones).
+          CodecSpeed speed{};
+          if (codec != "none") {
+            const CodecSpeed mine = measureCodecSpeed(codec, cfg.errorFeedback, std::min<size_t>(n, 1 << 22), 3);
+            const auto slowest = maxOverRanks(comm, {mine.encodeSecondsPerElement, mine.decodeSecondsPerElement});
+            speed = {slowest[0], slowest[1]};
+          }
+          const int perNode = std::max(1, comm.uniformRanksPerNode());
+          const Topology topo{p / perNode, perNode, links};
+          try {
+            cfg.algorithm = pickAlgorithm({"ring", "tree", "allgather", "hierarchical", "randomk"}, cfg, speed, n, topo);
+          } catch (const InvalidArgument& e) {
+            if (comm.rank() == 0 && bytes == sizes.front()) std::cerr << "# skipped: " << e.what() << "\n";
+            continue;
+          }
+        }
         cfg.blockingVendor = algorithmName == "vendor-blocking";
         cfg.codec = codec;
         cfg.errorFeedback = codec == "none" ? "none" : o.errorFeedback;
@@ -151,7 +170,10 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
         const auto stats = maxOverRanks(comm, {static_cast<double>(last.bytesSent), last.cost.encodeSeconds,
                                                last.cost.decodeSeconds, static_cast<double>(last.bytesSentInter)});
         const double ringBytes = 2.0 * (p - 1) / p * static_cast<double>(bytes);
-        rows.push_back({bytes, codec, algorithmName == "hierarchical" ? "hier/" + o.interAlgorithm : algorithmName, p,
+        const std::string shown = algorithmName == "auto" ? "auto->" + cfg.algorithm
+                                  : algorithmName == "hierarchical" ? "hier/" + o.interAlgorithm
+                                                                    : algorithmName;
+        rows.push_back({bytes, codec, shown, p,
                         times[times.size() / 2], stats[1], stats[2], static_cast<uint64_t>(stats[0]),
                         static_cast<uint64_t>(stats[3]),
                         stats[0] > 0 ? ringBytes / stats[0] : 1.0, relError,

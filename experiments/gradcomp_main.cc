@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "experiments/allreduce_perf_command.h"
 #include "experiments/codecs_command.h"
+#include "experiments/model_command.h"
 
 namespace {
 
@@ -39,7 +40,8 @@ int main(int argc, char** argv) {
   ar->add_option("--codec", perf.codecs, "Codec spec, repeatable (default none)");
   ar->add_option("-a,--algorithm", perf.algorithms,
                  "Algorithm, repeatable: vendor ring allgather randomk hierarchical tree (default ring); "
-                 "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline");
+                 "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline; "
+                 "auto: the cost model's pick per size (with --link-model)");
   ar->add_option("--case", perf.cases, "algorithm/codec pair, repeatable (instead of every -a x --codec)");
   ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
@@ -55,9 +57,26 @@ int main(int argc, char** argv) {
   ar->add_option("--link-model", perf.linkModel, "In-process pacing, e.g. inter=1gbit/50us,intra=100gbit/2us");
   ar->add_option("--timeout", perf.timeoutSeconds, "Deadline of every wait, seconds");
 
+  gradcomp::ModelOptions model;
+  auto* md = app.add_subcommand("model", "Predicted all-reduce time, exposed communication and scaling efficiency");
+  md->add_option("--nodes", model.nodes, "Nodes");
+  md->add_option("--ranks-per-node", model.ranksPerNode, "Ranks (GPUs) per node");
+  md->add_option("--links", model.links, "Link model, e.g. intra=900GB/2us,inter=50GB/10us (per rank)");
+  md->add_option("--bytes", model.bytes, "Gradient bytes (fp32), K/M/G suffixes")->transform(CLI::AsSizeValue(false));
+  md->add_option("--compute-ms", model.computeMs, "Forward + backward time per step, ms");
+  md->add_option("--overlap", model.overlap, "Share of the compute time that can hide communication (backward)");
+  md->add_option("--codec", model.codecs, "Codec spec, repeatable");
+  md->add_option("-a,--algorithm", model.algorithms, "Algorithm, repeatable (auto: the model's pick)");
+  md->add_option("--ef", model.errorFeedback, "Error feedback for lossy codecs");
+  md->add_option("--encode-gbps", model.encodeGBps, "Codec encode speed, GB/s of fp32 (default: measured here)");
+  md->add_option("--decode-gbps", model.decodeGBps, "Codec decode speed, GB/s of fp32 (default: measured here)");
+  md->add_option("--scaling-csv", model.scalingCsv, "Write efficiency vs world size (1..1024) to this CSV");
+  md->add_flag("--csv", model.csv, "CSV output");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (cmd->parsed()) gradcomp::runCodecsCommand(codecs, std::cout);
+    if (md->parsed()) gradcomp::runModelCommand(model, std::cout);
     if (ar->parsed()) {
       perf.check = checkValue != 0;
       const bool mpi = transport == "mpi" || (transport == "auto" && launchedByMpirun());

@@ -1,0 +1,77 @@
+#include "experiments/cost_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "compressors/registry.h"
+#include "core/error.h"
+#include "experiments/random_data.h"
+
+namespace gradcomp {
+namespace {
+
+template <typename Fn>
+double medianSeconds(int repeats, Fn&& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::nth_element(t.begin(), t.begin() + static_cast<ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorFeedback, size_t n, int repeats) {
+  PayloadCodec payload(codec, errorFeedback);
+  if (payload.raw()) return {};
+  const auto x = normalVector(n, 17);
+  std::vector<float> out(n, 0.0f);
+  WireBuffer buf;
+  const EncodeContext ctx{1, 0, 0, 0, 0};
+  const auto wire = buf.span(payload.maxBytes(n, ctx));
+  size_t bytes = 0;
+  const double enc = medianSeconds(repeats, [&] { bytes = payload.encode(x, wire, ctx); });
+  const double dec = medianSeconds(repeats, [&] { payload.decode(wire.first(bytes), out, DecodeMode::Accumulate); });
+  return {enc / static_cast<double>(n), dec / static_cast<double>(n)};
+}
+
+Prediction predict(const AllreduceAlgorithm& algorithm, const CodecSpeed& speed, size_t numElements,
+                   const Topology& topology, double computeSeconds, double overlap) {
+  GRADCOMP_CHECK_ARG(overlap >= 0 && overlap <= 1, "overlap must be in [0, 1], got ", overlap);
+  GRADCOMP_CHECK_ARG(computeSeconds >= 0, "compute time must be >= 0");
+  Prediction p;
+  p.wireSeconds = algorithm.predictSeconds(numElements, topology.ranks(), topology.ranksPerNode, topology.links);
+  const auto work = algorithm.codecWork(numElements, topology.ranks(), topology.ranksPerNode);
+  p.codecSeconds = work.encodeElements * speed.encodeSecondsPerElement + work.decodeElements * speed.decodeSecondsPerElement;
+  p.allreduceSeconds = p.wireSeconds + p.codecSeconds;
+  p.exposedSeconds = std::max(0.0, p.allreduceSeconds - overlap * computeSeconds);
+  p.efficiency = computeSeconds > 0 ? computeSeconds / (computeSeconds + p.exposedSeconds) : 0.0;
+  return p;
+}
+
+std::string pickAlgorithm(const std::vector<std::string>& candidates, const AllreduceConfig& base,
+                          const CodecSpeed& speed, size_t numElements, const Topology& topology) {
+  std::string best;
+  double bestSeconds = std::numeric_limits<double>::infinity();
+  for (const auto& name : candidates) {
+    if (name == "hierarchical" && (topology.nodes < 2 || topology.ranksPerNode < 2)) continue;
+    AllreduceConfig c = base;
+    c.algorithm = name;
+    std::unique_ptr<AllreduceAlgorithm> algo;
+    try {
+      algo = AllreduceAlgorithm::make(c);
+    } catch (const InvalidArgument&) {
+      continue;  // this algorithm cannot carry the codec
+    }
+    const double t = predict(*algo, speed, numElements, topology, 0, 0).allreduceSeconds;
+    if (t < bestSeconds) bestSeconds = t, best = name;
+  }
+  GRADCOMP_CHECK_ARG(!best.empty(), "no candidate algorithm carries codec '", base.codec, "'");
+  return best;
+}
+
+}  // namespace gradcomp

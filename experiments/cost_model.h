@@ -1,0 +1,43 @@
+// The cost model: "when does compression pay". An all-reduce of n fp32 elements on a topology costs the
+// algorithm's alpha-beta wire time (AllreduceAlgorithm::predictSeconds, the formulas of
+// collectives/README.md) plus its codec work (AllreduceAlgorithm::codecWork) at the codec's measured
+// or given speed. With data-parallel overlap, communication hides behind the backward pass:
+//   exposed = max(0, T_allreduce - overlap * T_compute),  efficiency = T_compute / (T_compute + exposed).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "collectives/link_model.h"
+
+namespace gradcomp {
+
+struct Topology {
+  int nodes = 1, ranksPerNode = 1;
+  LinkModel links;
+  int ranks() const { return nodes * ranksPerNode; }
+};
+
+struct CodecSpeed {
+  double encodeSecondsPerElement = 0, decodeSecondsPerElement = 0;
+};
+
+// Single-thread encode (through the error-feedback policy) and decode-accumulate speed of one codec on
+// this machine: median of `repeats` runs on n normal values.
+CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorFeedback, size_t n = size_t{1} << 22,
+                             int repeats = 3);
+
+struct Prediction {
+  double wireSeconds = 0, codecSeconds = 0, allreduceSeconds = 0, exposedSeconds = 0, efficiency = 1;
+};
+
+Prediction predict(const AllreduceAlgorithm& algorithm, const CodecSpeed& speed, size_t numElements,
+                   const Topology& topology, double computeSeconds, double overlap);
+
+// The candidate (algorithm names) with the smallest predicted all-reduce time for this codec; the ones
+// that refuse the codec, or the topology (uneven nodes), are skipped. Throws if none is left.
+std::string pickAlgorithm(const std::vector<std::string>& candidates, const AllreduceConfig& base,
+                          const CodecSpeed& speed, size_t numElements, const Topology& topology);
+
+}  // namespace gradcomp

@@ -1,0 +1,60 @@
+// The cost model's arithmetic and the `auto` choice.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "experiments/cost_model.h"
+
+namespace gradcomp {
+namespace {
+
+AllreduceConfig cfg(const char* algorithm, const char* codec = "none") {
+  AllreduceConfig c;
+  c.algorithm = algorithm;
+  c.codec = codec;
+  return c;
+}
+
+TEST(CostModel, ExposedCommunicationAndEfficiencyFollowTheFormula) {
+  const Topology t{4, 1, LinkModel::parse("inter=1GB/0us")};
+  const size_t n = 1 << 20;  // 4 MiB: ring wire 2 * 3/4 * 4 MiB / 1 GB/s = 6.29 ms
+  auto ring = AllreduceAlgorithm::make(cfg("ring"));
+  const Prediction p = predict(*ring, {}, n, t, 0.006, 0.5);
+  EXPECT_NEAR(p.wireSeconds, 6.0 * 4.0 * n / 4 / 1e9, 1e-12);
+  EXPECT_EQ(p.codecSeconds, 0.0);
+  EXPECT_NEAR(p.exposedSeconds, p.allreduceSeconds - 0.003, 1e-12);
+  EXPECT_NEAR(p.efficiency, 0.006 / (0.006 + p.exposedSeconds), 1e-12);
+  EXPECT_EQ(predict(*ring, {}, n, t, 1.0, 0.5).exposedSeconds, 0.0);  // fully hidden
+  EXPECT_THROW(predict(*ring, {}, n, t, 1.0, 1.5), InvalidArgument);
+}
+
+TEST(CostModel, CodecWorkIsChargedAtTheCodecSpeed) {
+  const Topology t{4, 1, LinkModel::parse("inter=1GB")};
+  const size_t n = 4000;
+  const CodecSpeed speed{1e-9, 2e-9};
+  auto ring = AllreduceAlgorithm::make(cfg("ring", "int8"));
+  const auto w = ring->codecWork(n, 4, 1);
+  EXPECT_DOUBLE_EQ(w.encodeElements, 4000);       // every segment encoded once
+  EXPECT_DOUBLE_EQ(w.decodeElements, 1000 * 7);   // 3 hops + 3 all-gather + own
+  EXPECT_NEAR(predict(*ring, speed, n, t, 0, 0).codecSeconds, 4000e-9 + 7000 * 2e-9, 1e-15);
+  auto gather = AllreduceAlgorithm::make(cfg("allgather", "sign"));
+  EXPECT_DOUBLE_EQ(gather->codecWork(n, 4, 1).decodeElements, 16000);  // P payloads
+  EXPECT_DOUBLE_EQ(AllreduceAlgorithm::make(cfg("ring"))->codecWork(n, 4, 1).encodeElements, 0);
+}
+
+TEST(CostModel, AutoPicksTreeForSmallLatencyBoundMessagesAndRingForLargeOnes) {
+  const Topology t{8, 1, LinkModel::parse("inter=10GB/50us")};
+  const std::vector<std::string> candidates = {"ring", "tree", "allgather"};
+  EXPECT_EQ(pickAlgorithm(candidates, cfg("ring"), {}, 256, t), "tree");
+  EXPECT_EQ(pickAlgorithm(candidates, cfg("ring"), {}, size_t{1} << 24, t), "ring");
+  // Top-k cannot ride the ring or the tree: the only carrier is picked.
+  EXPECT_EQ(pickAlgorithm(candidates, cfg("ring", "topk:ratio=0.01"), {}, 1 << 20, t), "allgather");
+  EXPECT_THROW(pickAlgorithm({"ring"}, cfg("ring", "topk:ratio=0.01"), {}, 1 << 20, t), InvalidArgument);
+}
+
+TEST(CostModel, HierarchicalIsPickedWhenTheSlowLinkDominates) {
+  const Topology t{4, 8, LinkModel::parse("intra=900GB/1us,inter=12GB/10us")};
+  EXPECT_EQ(pickAlgorithm({"ring", "hierarchical"}, cfg("ring", "int8"), {}, size_t{1} << 26, t), "hierarchical");
+}
+
+}  // namespace
+}  // namespace gradcomp
