@@ -9,6 +9,7 @@
 #include "experiments/allreduce_perf_command.h"
 #include "experiments/codecs_command.h"
 #include "experiments/model_command.h"
+#include "experiments/model_fit.h"
 
 namespace {
 
@@ -72,11 +73,16 @@ int main(int argc, char** argv) {
   md->add_option("--decode-gbps", model.decodeGBps, "Codec decode speed, GB/s of fp32 (default: measured here)");
   md->add_option("--scaling-csv", model.scalingCsv, "Write efficiency vs world size (1..1024) to this CSV");
   md->add_flag("--csv", model.csv, "CSV output");
+  std::string fitCsv;
+  md->add_option("--fit", fitCsv, "Fit the model to a cluster sweep CSV (scripts/cluster-sweep) and report held-out error");
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (cmd->parsed()) gradcomp::runCodecsCommand(codecs, std::cout);
-    if (md->parsed()) gradcomp::runModelCommand(model, std::cout);
+    if (md->parsed()) {
+      if (fitCsv.empty()) gradcomp::runModelCommand(model, std::cout);
+      else gradcomp::fitCostModel(fitCsv, std::cout);
+    }
     if (ar->parsed()) {
       perf.check = checkValue != 0;
       const bool mpi = transport == "mpi" || (transport == "auto" && launchedByMpirun());
