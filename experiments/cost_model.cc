@@ -7,21 +7,10 @@
 #include "compressors/registry.h"
 #include "core/error.h"
 #include "experiments/random_data.h"
+#include "experiments/timing.h"
 
 namespace gradcomp {
 namespace {
-
-template <typename Fn>
-double medianSeconds(int repeats, Fn&& fn) {
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::nth_element(t.begin(), t.begin() + static_cast<ptrdiff_t>(t.size() / 2), t.end());
-  return t[t.size() / 2];
-}
 
 }  // namespace
 
