@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <unistd.h>
 
 #include "collectives/mpi_communicator.h"
 #include "core/error.h"
@@ -10,6 +11,7 @@
 #include "experiments/codecs_command.h"
 #include "experiments/model_command.h"
 #include "experiments/model_fit.h"
+#include "experiments/train_command.h"
 
 namespace {
 
@@ -76,6 +78,22 @@ int main(int argc, char** argv) {
   std::string fitCsv;
   md->add_option("--fit", fitCsv, "Fit the model to a cluster sweep CSV (scripts/cluster-sweep) and report held-out error");
 
+  gradcomp::TrainCommandOptions train;
+  train.progress = isatty(2) != 0;
+  auto* tr = app.add_subcommand("train", "One data-parallel training run from a JSON config (training/train_config.h)");
+  tr->add_option("config", train.file, "Config file (JSON)")->required();
+  tr->add_option("--set", train.sets, "key=value override, repeatable (e.g. --set codec=int8 --set workers=8)");
+  tr->add_option("--out", train.out, "Parent of the run directory (default results/train)");
+  tr->add_flag("--resume", train.resume, "Continue from the run directory's checkpoint");
+  tr->add_flag("--progress,!--no-progress", train.progress, "Progress bar on stderr (default: when it is a terminal)");
+  gradcomp::TrainCommandOptions sweepOptions;
+  sweepOptions.progress = train.progress;
+  auto* sw = app.add_subcommand("sweep", "Every run of a sweep file (cartesian product of lists); finished runs are skipped");
+  sw->add_option("sweep", sweepOptions.file, "Sweep file (JSON: base, grid, cases)")->required();
+  sw->add_option("--set", sweepOptions.sets, "key=value override of the base config, repeatable");
+  sw->add_option("--out", sweepOptions.out, "Sweep directory (default results/sweep)");
+  sw->add_flag("--progress,!--no-progress", sweepOptions.progress, "Progress bar on stderr");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (cmd->parsed()) gradcomp::runCodecsCommand(codecs, std::cout);
@@ -98,6 +116,16 @@ int main(int argc, char** argv) {
       } else {
         gradcomp::runAllreducePerfInProcess(perf, std::cout);
       }
+    }
+    if (tr->parsed() || sw->parsed()) {
+      std::unique_ptr<gradcomp::MpiSession> session;
+      std::unique_ptr<gradcomp::Communicator> world;
+      if (launchedByMpirun()) {
+        session = std::make_unique<gradcomp::MpiSession>(&argc, &argv);
+        world = session->world();
+      }
+      if (tr->parsed()) gradcomp::runTrainCommand(train, world.get(), std::cout);
+      else gradcomp::runSweepCommand(sweepOptions, world.get(), std::cout);
     }
   } catch (const gradcomp::Error& e) {
     std::cerr << "gradcomp: " << e.what() << "\n";
