@@ -34,6 +34,13 @@ std::vector<BucketPlan> planBuckets(const ParameterLayout& layout, const Reducer
     b.elements += info.size;
     if (b.elements >= capacity) slot = -1;
   }
+  // Launch order = completion order in backward: a bucket is ready when its last tensor is, and buckets
+  // launch strictly in index order, so a bucket of biases (whose last member, the first layer's bias,
+  // comes at the very end) must not hold back the weight buckets completed before it.
+  std::stable_sort(plans.begin(), plans.end(), [](const BucketPlan& a, const BucketPlan& b) {
+    // Tensors are visited in decreasing index order: the smallest index is the last to be ready.
+    return a.tensors.back() > b.tensors.back();
+  });
   for (auto& [index, config] : options.bucketOverrides) {
     GRADCOMP_CHECK_ARG(index < plans.size(), "bucket override for bucket ", index, " but the model has ", plans.size(),
                        " buckets");

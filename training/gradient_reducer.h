@@ -52,7 +52,8 @@ struct BucketPlan {
   AllreduceConfig config;
 };
 
-// Plans the buckets for a layout (pure: the same on every rank for the same layout and options).
+// Plans the buckets for a layout (pure: the same on every rank for the same layout and options), in the
+// order backward completes them.
 std::vector<BucketPlan> planBuckets(const ParameterLayout& layout, const ReducerOptions& options);
 
 struct ReducerStepReport {

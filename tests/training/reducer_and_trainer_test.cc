@@ -39,15 +39,17 @@ TEST(Reducer, PlansBucketsInBackwardOrderAndKeepsSmallAnd1DTensorsUncompressed) 
   o.compressed.codec = "int8";
   o.bucketBytes = 3000 * 4;  // w1 (2048) fits, w1 + w0 (6144) does not
   const auto plans = planBuckets(layout, o);
+  // In the order backward completes them: w1; then the uncompressed b2, w2, b1, b0 (complete when b0
+  // is, just before w0); then w0.
   ASSERT_EQ(plans.size(), 3u);
-  EXPECT_EQ(plans[0].tensors, (std::vector<size_t>{5, 4, 3, 1}));  // uncompressed: b2, w2, b1, b0
-  EXPECT_FALSE(plans[0].compressed);
-  EXPECT_EQ(plans[0].config.codec, "none");
-  EXPECT_EQ(plans[1].tensors, (std::vector<size_t>{2}));
+  EXPECT_EQ(plans[0].tensors, (std::vector<size_t>{2}));
+  EXPECT_EQ(plans[1].tensors, (std::vector<size_t>{5, 4, 3, 1}));
   EXPECT_EQ(plans[2].tensors, (std::vector<size_t>{0}));
-  EXPECT_TRUE(plans[1].compressed);
-  EXPECT_EQ(plans[1].config.codec, "int8");
-  EXPECT_EQ(plans[0].offsets, (std::vector<size_t>{0, 10, 330, 362}));
+  EXPECT_FALSE(plans[1].compressed);
+  EXPECT_EQ(plans[1].config.codec, "none");
+  EXPECT_TRUE(plans[0].compressed);
+  EXPECT_EQ(plans[0].config.codec, "int8");
+  EXPECT_EQ(plans[1].offsets, (std::vector<size_t>{0, 10, 330, 362}));
   for (const auto& p : plans) EXPECT_EQ(p.config.op, ReduceOp::Average);
 
   o.compressOneDimensional = true;
