@@ -101,6 +101,12 @@ void printSummaryTable(const std::vector<nlohmann::json>& summaries, std::ostrea
   }
   out << "\n";
   for (const auto& s : summaries) {
+    if (s.value("status", "") == "failed") {
+      std::snprintf(line, sizeof line, "%-28s failed: %.90s\n", s.at("name").get<std::string>().substr(0, 28).c_str(),
+                    s.at("error").get<std::string>().c_str());
+      out << line;
+      continue;
+    }
     const double acc = num(s, "final_test_accuracy");
     std::snprintf(line, sizeof line, "%-28s %7.2f%% %12.0f %6.1fx %9.3f %9.3f", s.at("name").get<std::string>().substr(0, 28).c_str(),
                   acc >= 0 ? 100 * acc : -1.0, num(s, "bytes_per_step"), num(s, "compression_ratio"), num(s, "encode_ms"),
@@ -203,8 +209,20 @@ void runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::
     to.runDir = runDir;
     to.resume = true;
     to.progress = o.progress;
-    const TrainResult r = runTraining(config, mpiWorld, to);
-    if (leader && r.completed) summaries.push_back(r.summary);
+    try {
+      const TrainResult r = runTraining(config, mpiWorld, to);
+      if (leader && r.completed) summaries.push_back(r.summary);
+    } catch (const Error& e) {
+      // One diverging or misconfigured run must not cost the rest of the grid. Threads recover; an MPI
+      // job whose collective failed has a dead communicator, so there the sweep stops.
+      if (mpiWorld) throw;
+      out << "  failed: " << e.what() << std::endl;
+      nlohmann::json failed = {{"name", config.name}, {"codec", config.codec}, {"ef", config.errorFeedback},
+                               {"status", "failed"}, {"error", e.what()}};
+      std::filesystem::create_directories(runDir);
+      std::ofstream(runDir + "/failed.json") << failed.dump(2) << "\n";  // retried by the next sweep
+      summaries.push_back(failed);
+    }
   }
   if (!leader) return;
   std::filesystem::create_directories(dir);
@@ -221,7 +239,11 @@ void runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::
       if (c) csv << ",";
       if (!s.contains(columns[c])) continue;
       const auto& v = s.at(columns[c]);
-      if (v.is_string()) csv << '"' << v.get<std::string>() << '"';
+      if (v.is_string()) {
+        std::string text = v.get<std::string>();
+        for (size_t p = text.find('"'); p != std::string::npos; p = text.find('"', p + 2)) text.insert(p, 1, '"');
+        csv << '"' << text << '"';
+      }
       else csv << std::setprecision(10) << v.get<double>();
     }
     csv << "\n";

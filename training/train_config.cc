@@ -21,7 +21,7 @@ const char* const kKeys[] = {"name", "model", "dataset", "data_dir", "test_fract
                              "transport", "ranks_per_node", "link_model", "timeout", "steps", "batch_size",
                              "optimizer", "codec", "ef", "algorithm", "inter_algorithm", "bucket_mb",
                              "min_compress_elements", "compress_1d", "overlap", "seed", "eval_every",
-                             "checkpoint_every", "stop_after", "model_links"};
+                             "checkpoint_every", "stop_after", "model_links", "bucket_overrides"};
 
 }  // namespace
 
@@ -60,6 +60,7 @@ TrainConfig TrainConfig::fromJson(const nlohmann::json& j) {
   read(j, "checkpoint_every", c.checkpointEvery);
   read(j, "stop_after", c.stopAfter);
   read(j, "model_links", c.modelLinks);
+  if (j.contains("bucket_overrides")) c.bucketOverrides = j.at("bucket_overrides");
   c.validate();
   return c;
 }
@@ -91,7 +92,8 @@ nlohmann::json TrainConfig::toJson() const {
           {"eval_every", evalEvery},
           {"checkpoint_every", checkpointEvery},
           {"stop_after", stopAfter},
-          {"model_links", modelLinks}};
+          {"model_links", modelLinks},
+          {"bucket_overrides", bucketOverrides}};
 }
 
 void TrainConfig::validate() const {
@@ -104,6 +106,15 @@ void TrainConfig::validate() const {
                      "' is not auto, inproc or mpi");
   GRADCOMP_CHECK_ARG(partition == "iid" || partition == "noniid", "partition '", partition, "' is not iid or noniid");
   GRADCOMP_CHECK_ARG(ranksPerNode >= 0, "ranks_per_node must be >= 0");
+  GRADCOMP_CHECK_ARG(bucketOverrides.is_object(), "bucket_overrides must be an object keyed by bucket index");
+  for (const auto& [key, value] : bucketOverrides.items()) {
+    GRADCOMP_CHECK_ARG(!key.empty() && key.find_first_not_of("0123456789") == std::string::npos,
+                       "bucket_overrides key '", key, "' is not a bucket index");
+    GRADCOMP_CHECK_ARG(value.is_object(), "bucket_overrides['", key, "'] must be an object");
+    for (const auto& [field, v] : value.items())
+      GRADCOMP_CHECK_ARG((field == "codec" || field == "ef" || field == "algorithm") && v.is_string(),
+                         "bucket_overrides['", key, "']: '", field, "' is not codec, ef or algorithm (a string)");
+  }
   GRADCOMP_CHECK_ARG(!name.empty() && name.find('/') == std::string::npos, "run name '", name,
                      "' must be non-empty and without '/'");
 }

@@ -38,6 +38,9 @@ struct TrainConfig {
   size_t minCompressElements = 1024;
   bool compressOneDimensional = false;
   bool overlap = true;
+  // Per-bucket choices, by bucket index (launch order): {"0": {"codec": "fp16", "ef": "none",
+  // "algorithm": "ring"}}; any of the three keys.
+  nlohmann::json bucketOverrides = nlohmann::json::object();
   // Reproducibility, evaluation, checkpoints.
   uint64_t seed = 1;
   uint64_t evalEvery = 50;         // 0: only at the end

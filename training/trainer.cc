@@ -160,6 +160,13 @@ TrainResult trainOnCommunicator(const TrainConfig& config, const DataSplit& data
   ro.minCompressElements = config.minCompressElements;
   ro.compressOneDimensional = config.compressOneDimensional;
   ro.overlap = config.overlap;
+  for (const auto& [key, value] : config.bucketOverrides.items()) {
+    AllreduceConfig c = ro.compressed;
+    c.codec = value.value("codec", c.codec);
+    c.errorFeedback = value.value("ef", c.errorFeedback);
+    c.algorithm = value.value("algorithm", c.algorithm);
+    ro.bucketOverrides[std::stoul(key)] = c;
+  }
   GradientReducer reducer(comm, model->layout(), ro);
   std::unique_ptr<AllreduceAlgorithm> momentumAllreduce;
   if (oneBit) momentumAllreduce = AllreduceAlgorithm::make(lossy);

@@ -266,6 +266,21 @@ TEST(Trainer, OneBitAdamSendsSignBytesAfterWarmupAndStillLearns) {
   for (const auto& x : r) EXPECT_EQ(x.parameters, r[0].parameters);
 }
 
+TEST(Trainer, BucketOverridesChangeTheCodecOfOneBucket) {
+  TrainConfig c = smallConfig();
+  c.steps = 3;
+  c.codec = "none";
+  c.errorFeedback = "none";
+  const auto plain = trainAll(c, loadTrainingData(c));
+  c.bucketOverrides = {{"0", {{"codec", "sign"}, {"ef", "ef"}}}};
+  const auto mixed = trainAll(c, loadTrainingData(c));
+  EXPECT_LT(mixed[0].metrics[1].bytesSent, plain[0].metrics[1].bytesSent);
+  c.bucketOverrides = {{"99", {{"codec", "sign"}}}};
+  const auto errors = runInProcess(c.workers, [&](Communicator& comm) { trainOnCommunicator(c, loadTrainingData(c), comm, {}); });
+  ASSERT_TRUE(errors[0]);
+  EXPECT_THROW(std::rethrow_exception(errors[0]), InvalidArgument);  // no bucket 99
+}
+
 TEST(Trainer, ConfigsRefuseUnknownKeysAndBadValuesByName) {
   const auto message = [](const nlohmann::json& j) {
     try {
@@ -280,6 +295,8 @@ TEST(Trainer, ConfigsRefuseUnknownKeysAndBadValuesByName) {
   EXPECT_NE(message({{"workers", 0}}).find("workers"), std::string::npos);
   EXPECT_NE(message({{"partition", "dirichlet"}}).find("dirichlet"), std::string::npos);
   EXPECT_NE(message({{"name", "a/b"}}).find("run name"), std::string::npos);
+  EXPECT_NE(message({{"bucket_overrides", {{"x", {{"codec", "fp16"}}}}}}).find("not a bucket index"), std::string::npos);
+  EXPECT_NE(message({{"bucket_overrides", {{"0", {{"codecs", "fp16"}}}}}}).find("'codecs'"), std::string::npos);
   const TrainConfig c = TrainConfig::fromJson({{"codec", "fp16"}, {"steps", 7}});
   EXPECT_EQ(TrainConfig::fromJson(c.toJson()).toJson(), c.toJson());
 
