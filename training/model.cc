@@ -148,14 +148,14 @@ std::unique_ptr<Model> makeModel(const std::string& text, const Dataset& data) {
   };
   if (spec.name() == "least-squares") {
     need(false);
-    model = std::make_unique<LeastSquaresModel>(data.inputs());
+    model = LinearModel::leastSquares(data.inputs());
   } else if (spec.name() == "logistic") {
     need(true);
     GRADCOMP_CHECK_ARG(data.numClasses == 2, "logistic regression needs 2 classes; '", data.name, "' has ", data.numClasses);
-    model = std::make_unique<LogisticModel>(data.inputs());
+    model = LinearModel::logistic(data.inputs());
   } else if (spec.name() == "softmax") {
     need(true);
-    model = std::make_unique<SoftmaxModel>(data.inputs(), data.numClasses);
+    model = LinearModel::softmax(data.inputs(), data.numClasses);
   } else if (spec.name() == "mlp") {
     need(true);
     model = std::make_unique<MlpModel>(data.inputs(), parseSizes(spec.getString("hidden", "128x64"), "mlp hidden"),

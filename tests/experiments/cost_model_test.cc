@@ -95,6 +95,7 @@ TEST(ModelFit, RecoversTheLinkOfASyntheticSweepAndPredictsHeldOutSizes) {
   const FitReport r = fitCostModel(path, out);
   EXPECT_EQ(r.heldOutPoints, 4u);  // sizes 4 and 64 MiB, two cases
   EXPECT_LT(r.medianRelativeError, 1e-4) << out.str();  // the CSV carries 6 significant digits
+  EXPECT_LT(r.medianRelativeErrorFittedCodec, 1e-4) << out.str();  // the fitted codec cost is the true 2 ns
   const auto at = out.str().find("alpha ");
   ASSERT_NE(at, std::string::npos);
   EXPECT_NEAR(std::stod(out.str().substr(at + 6)), 50.0, 0.05) << out.str();
