@@ -1,0 +1,193 @@
+// CUDA twins of the block-scaled int8 / FP8 and scaled-sign kernels; see block_scale_kernels.cuh.
+// Every floating-point step is the CPU reference's, rounded the same way (__fmul_rn, __fdiv_rn, rintf,
+// double lane sums in a fixed order) and compiled with --fmad=false, so the bytes match.
+#include <cfloat>
+
+#include "kernels/cuda/block_scale_kernels.cuh"
+
+namespace gradcomp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__device__ float blockScaleDevice(float amax, float maxCode) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  const float s = __fdiv_rn(maxCode, amax);
+  return isinf(s) ? FLT_MAX : s;
+}
+
+// Max of |x| bits over the block (an order-free integer max, so exact), broadcast to every thread.
+__device__ float blockAmaxDevice(const float* x, size_t len) {
+  __shared__ uint32_t warpMax[kWarps];
+  uint32_t m = 0;
+  for (size_t i = threadIdx.x; i < len; i += kThreads) m = max(m, scalar::absBits(x[i]));
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0) warpMax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  uint32_t all = 0;
+  for (int w = 0; w < kWarps; ++w) all = max(all, warpMax[w]);
+  __syncthreads();  // warpMax is reused by the next call
+  return scalar::bitsToFloat(all);
+}
+
+__global__ void encodeInt8Kernel(const float* x, size_t n, size_t blockSize, bool stochastic, scalar::RngStream rng,
+                                 uint64_t first, int8_t* codes, float* scales, float* residual) {
+  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
+  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, len), 127.0f);
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  const float inv = __fdiv_rn(1.0f, scale);
+  for (size_t i = threadIdx.x; i < len; i += kThreads) {
+    const float v = x[b0 + i];
+    const float scaled = __fmul_rn(v, scale);
+    float q = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + b0 + i)))) : rintf(scaled);
+    q = fminf(fmaxf(q, -127.0f), 127.0f);
+    const int8_t c = static_cast<int8_t>(q);
+    codes[b0 + i] = c;
+    if (residual) residual[b0 + i] = __fsub_rn(v, __fmul_rn(static_cast<float>(c), inv));
+  }
+}
+
+__global__ void decodeInt8Kernel(const int8_t* codes, size_t n, size_t blockSize, const float* scales, float* out,
+                                 bool accumulate) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float inv = __fdiv_rn(1.0f, scales[i / blockSize]);
+  const float v = __fmul_rn(static_cast<float>(codes[i]), inv);
+  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+}
+
+__global__ void encodeFp8Kernel(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
+                                float* scales, unsigned long long* saturated, float* residual) {
+  const scalar::Fp8Spec s = scalar::fp8Spec(fmt);
+  const uint32_t overflowBits = scalar::floatBits(s.maxValue) + (1u << (22 - s.mantBits));
+  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
+  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, len), s.maxValue);
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  const float inv = __fdiv_rn(1.0f, scale);
+  unsigned count = 0;
+  for (size_t i = threadIdx.x; i < len; i += kThreads) {
+    const float v = x[b0 + i];
+    const float scaled = __fmul_rn(v, scale);
+    count += scalar::absBits(scaled) >= overflowBits;
+    const uint8_t c = scalar::floatToFp8(scaled, fmt);
+    codes[b0 + i] = c;
+    if (residual) residual[b0 + i] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(c, fmt), inv));
+  }
+  count = __reduce_add_sync(0xffffffffu, count);
+  if ((threadIdx.x & 31) == 0 && count) atomicAdd(saturated, static_cast<unsigned long long>(count));
+}
+
+__global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
+                                const float* scales, float* out, bool accumulate) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float inv = __fdiv_rn(1.0f, scales[i / blockSize]);
+  const float v = __fmul_rn(scalar::fp8ToFloat(codes[i], fmt), inv);
+  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+}
+
+__global__ void encodeSignKernel(const float* x, size_t n, size_t blockSize, uint8_t* bits, float* scales,
+                                 float* residual) {
+  __shared__ double lanes[8];
+  __shared__ float blockScale;
+  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
+  // mean |x|: lane j sums the elements i % 8 == j in order, in double; then the CPU's fixed tree.
+  if (threadIdx.x < 8) {
+    double sum = 0;
+    for (size_t i = threadIdx.x; i < len; i += 8) sum = __dadd_rn(sum, static_cast<double>(fabsf(x[b0 + i])));
+    lanes[threadIdx.x] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const double total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    blockScale = len ? static_cast<float>(total / static_cast<double>(len)) : 0.0f;
+    scales[blockIdx.x] = blockScale;
+  }
+  __syncthreads();
+  const float scale = blockScale;
+  const size_t bytesTotal = (n + 7) / 8;
+  for (size_t base = 0; base < len; base += kThreads) {
+    const size_t i = base + threadIdx.x;
+    bool bit = false;
+    if (i < len) {
+      const float v = x[b0 + i];
+      bit = v > 0.0f || (v == 0.0f && ((b0 + i) & 1u) == 0);
+      if (residual) residual[b0 + i] = __fsub_rn(v, bit ? scale + 0.0f : -scale + 0.0f);
+    }
+    const unsigned word = __ballot_sync(0xffffffffu, bit);
+    const size_t warpFirst = b0 + base + (threadIdx.x & ~31u);  // a multiple of 32: blockSize is
+    if ((threadIdx.x & 31) == 0 && warpFirst < b0 + len) {
+      const size_t byte0 = warpFirst / 8;
+      for (int k = 0; k < 4 && byte0 + k < bytesTotal; ++k) bits[byte0 + k] = static_cast<uint8_t>(word >> (8 * k));
+    }
+  }
+}
+
+__global__ void decodeSignKernel(const uint8_t* bits, size_t n, size_t blockSize, const float* scales, float* out,
+                                 bool accumulate) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float scale = scales[i / blockSize];
+  const float v = (((bits[i >> 3] >> (i & 7)) & 1u) ? scale : -scale) + 0.0f;
+  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+}
+
+unsigned blocksOf(size_t n, size_t blockSize) { return static_cast<unsigned>((n + blockSize - 1) / blockSize); }
+unsigned elementGrid(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+cudaError_t launchEncodeInt8Blocks(const float* x, size_t n, size_t blockSize, bool stochastic, scalar::RngStream rng,
+                                   uint64_t first, int8_t* codes, float* scales, float* residual,
+                                   cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0) return cudaErrorInvalidValue;
+  encodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, stochastic, rng, first, codes,
+                                                                         scales, residual);
+  return cudaGetLastError();
+}
+
+cudaError_t launchDecodeInt8Blocks(const int8_t* codes, size_t n, size_t blockSize, const float* scales, float* out,
+                                   bool accumulate, cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0) return cudaErrorInvalidValue;
+  decodeInt8Kernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t launchEncodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
+                                  float* scales, unsigned long long* saturated, float* residual,
+                                  cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0) return cudaErrorInvalidValue;
+  encodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, fmt, codes, scales, saturated,
+                                                                        residual);
+  return cudaGetLastError();
+}
+
+cudaError_t launchDecodeFp8Blocks(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
+                                  const float* scales, float* out, bool accumulate, cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0) return cudaErrorInvalidValue;
+  decodeFp8Kernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t launchEncodeSignBlocks(const float* x, size_t n, size_t blockSize, uint8_t* bits, float* scales,
+                                   float* residual, cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0 || blockSize % 32 != 0) return cudaErrorInvalidValue;
+  encodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, bits, scales, residual);
+  return cudaGetLastError();
+}
+
+cudaError_t launchDecodeSignBlocks(const uint8_t* bits, size_t n, size_t blockSize, const float* scales, float* out,
+                                   bool accumulate, cudaStream_t cudaStream) {
+  if (n == 0) return cudaSuccess;
+  if (blockSize == 0) return cudaErrorInvalidValue;
+  decodeSignKernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
+  return cudaGetLastError();
+}
+
+}  // namespace gradcomp::cuda
