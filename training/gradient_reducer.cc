@@ -174,8 +174,7 @@ void GradientReducer::workerLoop() {
       report_.bytesSent += r.bytesSent;
       report_.bytesSentIntra += r.bytesSentIntra;
       report_.bytesSentInter += r.bytesSentInter;
-      const int p = comm_.size();
-      report_.uncompressedBytes += p > 1 ? 2 * (static_cast<uint64_t>(p) - 1) * plan.elements * 4 / static_cast<uint64_t>(p) : 0;
+      report_.uncompressedBytes += ringAllreduceBytesPerRank(plan.elements, comm_.size());
       report_.encodeSeconds += r.cost.encodeSeconds;
       report_.decodeSeconds += r.cost.decodeSeconds;
       report_.skippedNonFinite += r.skippedNonFinite;

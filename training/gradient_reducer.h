@@ -56,6 +56,12 @@ struct BucketPlan {
 // order backward completes them.
 std::vector<BucketPlan> planBuckets(const ParameterLayout& layout, const ReducerOptions& options);
 
+// fp32 bytes one rank sends in an uncompressed ring all-reduce of n elements: 2 (P-1)/P x 4n. The
+// baseline of every compression ratio the trainer reports.
+inline uint64_t ringAllreduceBytesPerRank(size_t elements, int ranks) {
+  return ranks > 1 ? 2 * (static_cast<uint64_t>(ranks) - 1) * elements * sizeof(float) / static_cast<uint64_t>(ranks) : 0;
+}
+
 struct ReducerStepReport {
   uint64_t bytesSent = 0, bytesSentIntra = 0, bytesSentInter = 0;  // this rank, this step
   uint64_t uncompressedBytes = 0;  // the fp32 bytes a ring all-reduce of the same buckets would send

@@ -280,7 +280,7 @@ TrainResult trainOnCommunicator(const TrainConfig& config, const DataSplit& data
       m.bytesSent += r.bytesSent;
       m.bytesIntra += r.bytesSentIntra;
       m.bytesInter += r.bytesSentInter;
-      m.uncompressedBytes += ranks > 1 ? 2 * static_cast<uint64_t>(ranks - 1) * momentum.size() * 4 / static_cast<uint64_t>(ranks) : 0;
+      m.uncompressedBytes += ringAllreduceBytesPerRank(momentum.size(), ranks);
       m.encodeSeconds += r.cost.encodeSeconds;
       m.decodeSeconds += r.cost.decodeSeconds;
       m.commSeconds += momentumSeconds;

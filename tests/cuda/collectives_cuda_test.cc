@@ -8,14 +8,12 @@
 
 #include "collectives/allreduce.h"
 #include "tests/collectives/collective_test_util.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace gradcomp {
 namespace {
 
-int deviceCount() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+using testing::deviceCount;
 
 TEST(CudaCollectives, HostStagedAllreduceOfDeviceBuffersMatchesTheHostRunBitForBit) {
   ASSERT_GE(deviceCount(), 1) << "registered only where a GPU is present";

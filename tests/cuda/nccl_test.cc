@@ -8,14 +8,12 @@
 #include "collectives/allreduce.h"
 #include "collectives/nccl_communicator.h"
 #include "tests/collectives/collective_test_util.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace gradcomp {
 namespace {
 
-int deviceCount() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+using testing::deviceCount;
 
 TEST(CudaCollectives, NcclVendorAllreduceWithDeadline) {
   ASSERT_GE(deviceCount(), 2) << "registered only where two or more GPUs are present";
