@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "compressors/cuda_paths.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/cpu/cast_kernels.h"
@@ -246,6 +247,31 @@ void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::
       decodeTile(h, payload, begin, count, out.data() + begin, accumulate);
     }
   });
+}
+
+EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                                        std::span<float> residualOut, std::span<std::byte> wire,
+                                        const EncodeContext& ctx, const ExecContext& exec) const {
+  const WireHeader h = headerFor(grad.size());
+  cudapath::EncodeBuffers io;
+  io.grad = grad.data();
+  io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
+  io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
+  io.n = grad.size();
+  io.wire = wire.data();
+  return cudapath::encodeBlock(h, sections(h), io, ctx, exec);
+}
+
+void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                                const ExecContext& exec) const {
+  const Sections sec = sections(h);
+  if (cudapath::blockPayloadHasInvalid(h, sec, payload, exec)) {
+    const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
+    validatePayload(h, host.get());  // throws the CPU path's DecodeError
+    GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed; was the "
+                   "wire buffer modified while it was being decoded?");
+  }
+  cudapath::decodeBlock(h, sec, payload, out.data(), mode == DecodeMode::Accumulate, exec);
 }
 
 }  // namespace gradcomp

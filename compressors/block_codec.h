@@ -65,6 +65,12 @@ class BlockCodec : public Compressor {
   void checkHeader(const WireHeader& header) const override;
   void decodeImpl(const WireHeader& header, const std::byte* payload, std::span<float> out, DecodeMode mode,
                   const ExecContext& exec) const override;
+  // CUDA: the header and sections above drive the kernels of compressors/cuda_paths.h.
+  EncodeResult encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                              std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
+                              const ExecContext& exec) const override;
+  void decodeOnDevice(const WireHeader& header, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                      const ExecContext& exec) const override;
 
  private:
   uint64_t tileElements(uint32_t blockSize) const;

@@ -3,16 +3,24 @@
 #include <cstring>
 #include <vector>
 
+#include "compressors/cuda_paths.h"
 #include "core/error.h"
 #include "kernels/scalar/host_device.h"
 
 namespace gradcomp {
 namespace {
 
-void checkCpu(const ExecContext& exec, const char* codec, const char* op) {
-  GRADCOMP_CHECK(exec.device == Device::Cpu, BackendUnavailable, op, " with codec '", codec,
-                 "' on a CUDA buffer: this build has no CUDA kernels for it");
+// CPU: a sane thread count. CUDA: a build with the kernels and a device that answers.
+void checkExec(const ExecContext& exec, const char* codec, const char* op) {
   GRADCOMP_CHECK_ARG(exec.cpuThreads >= 1, op, ": cpuThreads must be >= 1, got ", exec.cpuThreads);
+  if (exec.device == Device::Cuda) cudapath::requireDevice(exec, codec, op);
+}
+
+bool onDevice(const ExecContext& exec) { return exec.device == Device::Cuda; }
+
+// x[i] for an error message, wherever x lives.
+float valueAt(std::span<const float> x, uint64_t i, const ExecContext& exec) {
+  return onDevice(exec) ? cudapath::readFloat(x.data() + i, exec) : x[i];
 }
 
 void checkWireBuffer(std::span<std::byte> wire, size_t need, const char* codec) {
@@ -22,12 +30,13 @@ void checkWireBuffer(std::span<std::byte> wire, size_t need, const char* codec) 
                      "': wire buffer must be ", kWireAlign, "-byte aligned");
 }
 
-void throwIfNonFinite(const EncodeResult& r, std::span<const float> x, const EncodeContext& ctx, const char* codec) {
+void throwIfNonFinite(const EncodeResult& r, std::span<const float> x, const EncodeContext& ctx, const char* codec,
+                      const ExecContext& exec) {
   if (r.nonFiniteIndex == EncodeResult::kNoIndex) return;
   const uint64_t i = r.nonFiniteIndex;
   throw NonFiniteError(__FILE__, __LINE__,
                        detail::concat("encode '", codec, "': tensor ", ctx.tensorId, " holds a non-finite value (",
-                                      x[i], ") at index ", i, " of ", x.size()),
+                                      valueAt(x, i, exec), ") at index ", i, " of ", x.size()),
                        ctx.tensorId, i);
 }
 
@@ -49,33 +58,34 @@ uint64_t firstNonFinite(std::span<const float> x) {
 
 EncodeResult Compressor::encode(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                                 const ExecContext& exec) const {
-  checkCpu(exec, name(), "encode");
+  checkExec(exec, name(), "encode");
   checkWireBuffer(wire, maxEncodedBytes(in.size(), ctx), name());
-  EncodeResult r = encodeImpl(in, wire, ctx, exec);
-  throwIfNonFinite(r, in, ctx, name());
+  EncodeResult r = onDevice(exec) ? encodeOnDevice(in, {}, {}, wire, ctx, exec) : encodeImpl(in, wire, ctx, exec);
+  throwIfNonFinite(r, in, ctx, name(), exec);
   return r;
 }
 
 EncodeResult Compressor::encodeWithResidual(std::span<const float> grad, std::span<const float> residualIn,
                                             std::span<float> residualOut, std::span<std::byte> wire,
                                             const EncodeContext& ctx, const ExecContext& exec) const {
-  checkCpu(exec, name(), "encodeWithResidual");
+  checkExec(exec, name(), "encodeWithResidual");
   GRADCOMP_CHECK_EQ(grad.size(), residualIn.size(), "codec=", name(), " tensor=", ctx.tensorId);
   GRADCOMP_CHECK_EQ(grad.size(), residualOut.size(), "codec=", name(), " tensor=", ctx.tensorId);
   checkWireBuffer(wire, maxEncodedBytes(grad.size(), ctx), name());
-  EncodeResult r = encodeWithResidualImpl(grad, residualIn, residualOut, wire, ctx, exec);
+  EncodeResult r = onDevice(exec) ? encodeOnDevice(grad, residualIn, residualOut, wire, ctx, exec)
+                                  : encodeWithResidualImpl(grad, residualIn, residualOut, wire, ctx, exec);
   if (r.nonFiniteIndex != EncodeResult::kNoIndex) {
     // Name the gradient's own bad index when it has one; otherwise the residual was the culprit.
-    const uint64_t g = firstNonFinite(grad);
+    const uint64_t g = onDevice(exec) ? cudapath::firstNonFinite(grad.data(), grad.size(), exec) : firstNonFinite(grad);
     if (g != EncodeResult::kNoIndex) {
       r.nonFiniteIndex = g;
-      throwIfNonFinite(r, grad, ctx, name());
+      throwIfNonFinite(r, grad, ctx, name(), exec);
     }
     const uint64_t i = r.nonFiniteIndex;
     throw NonFiniteError(__FILE__, __LINE__,
                          detail::concat("encodeWithResidual '", name(), "': tensor ", ctx.tensorId,
                                         ": the gradient is finite but gradient + residual is not at index ", i,
-                                        " (residual ", residualIn[i], "): the residual is poisoned"),
+                                        " (residual ", valueAt(residualIn, i, exec), "): the residual is poisoned"),
                          ctx.tensorId, i);
   }
   return r;
@@ -101,9 +111,31 @@ WireHeader Compressor::inspect(std::span<const std::byte> wire) const {
   return h;
 }
 
+EncodeResult Compressor::encodeOnDevice(std::span<const float>, std::span<const float>, std::span<float>,
+                                        std::span<std::byte>, const EncodeContext&, const ExecContext&) const {
+  GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA kernels: encode it from a host buffer");
+}
+
+void Compressor::decodeOnDevice(const WireHeader&, const std::byte*, std::span<float>, DecodeMode,
+                                const ExecContext&) const {
+  GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA kernels: decode it into a host buffer");
+}
+
 void Compressor::decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode,
                         const ExecContext& exec) const {
-  checkCpu(exec, name(), "decode");
+  checkExec(exec, name(), "decode");
+  if (onDevice(exec)) {
+    // The header comes to the host and gets every check of the CPU path; the payload stays on the device.
+    const WireHeader h = cudapath::parseDeviceHeader(wire.data(), wire.size(), exec);
+    GRADCOMP_CHECK(h.codec == static_cast<uint16_t>(id()), DecodeError, "wire holds codec '", codecIdName(h.codec),
+                   "' (id ", h.codec, "), this decoder is '", name(), "'");
+    checkHeader(h);
+    GRADCOMP_CHECK(h.numElements == out.size(), DecodeError, "decode '", name(), "': wire holds ", h.numElements,
+                   " elements, output has ", out.size());
+    const cudapath::AlignedPayload payload(wire.data() + kWireHeaderBytes, h.payloadBytes, exec);
+    decodeOnDevice(h, payload.get(), out, mode, exec);
+    return;
+  }
   const WireHeader h = inspect(wire);
   GRADCOMP_CHECK(h.numElements == out.size(), DecodeError, "decode '", name(), "': wire holds ", h.numElements,
                  " elements, output has ", out.size());

@@ -107,6 +107,16 @@ class Compressor {
   virtual void decodeImpl(const WireHeader& header, const std::byte* payload, std::span<float> out,
                           DecodeMode mode, const ExecContext& exec) const = 0;
 
+  // The CUDA paths (exec.device == Cuda; every span is device memory; compressors/cuda_paths.h). Called
+  // with the same checks done as for the CPU ones; residualIn empty means a plain encode. They must give
+  // the CPU path's bytes, residuals and errors. The defaults refuse with BackendUnavailable (a codec
+  // without CUDA kernels).
+  virtual EncodeResult encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                                      std::span<float> residualOut, std::span<std::byte> wire,
+                                      const EncodeContext& ctx, const ExecContext& exec) const;
+  virtual void decodeOnDevice(const WireHeader& header, const std::byte* payload, std::span<float> out,
+                              DecodeMode mode, const ExecContext& exec) const;
+
  private:
   CodecSpec spec_;
 };

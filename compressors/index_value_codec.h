@@ -3,7 +3,9 @@
 // feedback (only the sent coordinates of the residual change). Subclasses choose the coordinates.
 #pragma once
 
+#include "compressors/cuda_paths.h"
 #include "compressors/sparse_payload.h"
+#include "core/error.h"
 
 namespace gradcomp {
 
@@ -34,6 +36,9 @@ class IndexValueCodec : public Compressor {
   virtual uint64_t capacity(uint64_t n, const EncodeContext& ctx) const = 0;
   // Chooses coordinates of x (finite or not: report NaN/Inf through nonFiniteIndex).
   virtual SparseSelection select(std::span<const float> x, const EncodeContext& ctx, EncodeResult& stats) const = 0;
+  // The same choice described for the CUDA path (compressors/cuda_paths.h): k, capacity, and for the
+  // threshold codec its sample.
+  virtual cudapath::SparsePlan devicePlan(uint64_t n, const EncodeContext& ctx) const = 0;
 
   const SparseBudget& budget() const { return budget_; }
 
@@ -54,6 +59,30 @@ class IndexValueCodec : public Compressor {
     const EncodeResult r = finish(sel, grad.size(), wire, stats);
     if (r.nonFiniteIndex == EncodeResult::kNoIndex) subtractSent(sel, fp16Values_, residualOut);
     return r;
+  }
+
+  EncodeResult encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                              std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
+                              const ExecContext& exec) const override {
+    cudapath::SparsePlan plan = devicePlan(grad.size(), ctx);
+    plan.fp16Values = fp16Values_;
+    cudapath::EncodeBuffers io;
+    io.grad = grad.data();
+    io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
+    io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
+    io.n = grad.size();
+    io.wire = wire.data();
+    return cudapath::encodeIndexValue(id(), plan, io, exec);
+  }
+
+  void decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                      const ExecContext& exec) const override {
+    if (cudapath::sparsePayloadHasInvalid(h, payload, exec)) {
+      const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
+      validateSparsePayload(h, host.get(), name());  // throws the CPU path's DecodeError
+      GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed");
+    }
+    cudapath::decodeIndexValue(h, payload, out.data(), mode == DecodeMode::Accumulate, exec);
   }
 
   void checkHeader(const WireHeader& h) const override { checkSparseHeader(h, name()); }

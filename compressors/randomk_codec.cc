@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "compressors/cuda_paths.h"
 #include "compressors/randomk_values.h"
 #include "compressors/sparse_payload.h"
 #include "core/error.h"
@@ -73,6 +74,60 @@ class RandomKCodec final : public Compressor {
     const float scale = valueScale(grad.size(), idx.size(), flags_);
     for (uint64_t i : idx) residualOut[i] -= wireValue(residualOut[i]) * scale;
     return r;
+  }
+
+  EncodeResult encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                              std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
+                              const ExecContext& exec) const override {
+    const uint64_t n = grad.size(), k = budget_.kFor(n, ctx.kOverride);
+    const RandomKLayout l = randomKLayout(k, flags_);
+    cudapath::RandomKPlan plan;
+    plan.header.codec = static_cast<uint16_t>(id());
+    plan.header.flags = flags_;
+    plan.header.numElements = n;
+    plan.header.count = k;
+    plan.header.payloadBytes = l.total;
+    std::memcpy(plan.key, &ctx.seed, 8);
+    std::memcpy(plan.key + 8, &ctx.step, 4);
+    std::memcpy(plan.key + 12, &ctx.tensorId, 4);
+    plan.valueOffset = l.valueOffset;
+    plan.fp16Values = (flags_ & kFp16Values) != 0;
+    plan.scale = valueScale(n, k, flags_);
+    plan.seed = ctx.seed;
+    plan.step = ctx.step;
+    plan.tensor = ctx.tensorId;
+    cudapath::EncodeBuffers io;
+    io.grad = grad.data();
+    io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
+    io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
+    io.n = n;
+    io.wire = wire.data();
+    return cudapath::encodeRandomK(plan, io, exec);
+  }
+
+  void decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                      const ExecContext& exec) const override {
+    const RandomKLayout l = randomKLayout(h.count, h.flags);
+    std::byte key[kKeyBytes];
+    cudapath::copyToHost(key, payload, kKeyBytes, exec);
+    uint64_t seed;
+    uint32_t step, tensor;
+    std::memcpy(&seed, key, 8);
+    std::memcpy(&step, key + 8, 4);
+    std::memcpy(&tensor, key + 12, 4);
+    const bool fp16 = h.flags & kFp16Values;
+    if (cudapath::randomKValuesHaveInvalid(h, payload + l.valueOffset, fp16, exec)) {
+      // The CPU decoder's message: the index of the first non-finite value.
+      const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
+      const auto* v32 = reinterpret_cast<const float*>(host.get() + l.valueOffset);
+      const auto* v16 = reinterpret_cast<const uint16_t*>(host.get() + l.valueOffset);
+      for (uint64_t j = 0; j < h.count; ++j)
+        GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, name(), ": value ",
+                       j, " is not finite");
+      GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed");
+    }
+    cudapath::decodeRandomK(h, payload + l.valueOffset, fp16, valueScale(h.numElements, h.count, h.flags), seed, step,
+                            tensor, out.data(), mode == DecodeMode::Accumulate, exec);
   }
 
   void checkHeader(const WireHeader& h) const override {

@@ -90,8 +90,7 @@ void checkSparseHeader(const WireHeader& h, const char* codec) {
                  " payload bytes, ", h.count, " entries need ", l.total);
 }
 
-void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
-                      const char* codec) {
+void validateSparsePayload(const WireHeader& h, const std::byte* payload, const char* codec) {
   const SparseLayout l = sparseLayout(h.count, h.flags);
   const auto* v32 = reinterpret_cast<const float*>(payload + l.valueOffset);
   const auto* v16 = reinterpret_cast<const uint16_t*>(payload + l.valueOffset);
@@ -103,7 +102,14 @@ void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<f
     checkIndices(reinterpret_cast<const uint64_t*>(payload + l.indexOffset), h.count, h.numElements, codec);
   else
     checkIndices(reinterpret_cast<const uint32_t*>(payload + l.indexOffset), h.count, h.numElements, codec);
+}
 
+void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                      const char* codec) {
+  validateSparsePayload(h, payload, codec);
+  const SparseLayout l = sparseLayout(h.count, h.flags);
+  const auto* v32 = reinterpret_cast<const float*>(payload + l.valueOffset);
+  const auto* v16 = reinterpret_cast<const uint16_t*>(payload + l.valueOffset);
   const bool accumulate = mode == DecodeMode::Accumulate;
   if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
   auto run = [&](auto* idx) {

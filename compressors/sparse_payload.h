@@ -32,6 +32,9 @@ size_t writeSparseWire(WireHeader header, const uint64_t* indices32or64, const f
 
 // Checks a sparse header's fields and payload size.
 void checkSparseHeader(const WireHeader& h, const char* codec);
+// Checks every index (< n, strictly ascending) and value (finite) of a checked sparse header's payload;
+// throws DecodeError naming the first bad entry.
+void validateSparsePayload(const WireHeader& h, const std::byte* payload, const char* codec);
 // Validates the payload of a checked sparse header and scatters it into out (overwrite zeroes first).
 void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                       const char* codec);

@@ -25,6 +25,16 @@ class ThresholdCodec final : public IndexValueCodec {
     return std::min<uint64_t>(n, 2 * budget().kFor(n, ctx.kOverride) + 64);
   }
 
+  cudapath::SparsePlan devicePlan(uint64_t n, const EncodeContext& ctx) const override {
+    cudapath::SparsePlan plan;
+    plan.k = budget().kFor(n, ctx.kOverride);
+    plan.capacity = capacity(n, ctx);
+    plan.threshold = true;
+    plan.minSample = sampleSize_;
+    plan.sampleOffset = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).word(0);
+    return plan;
+  }
+
   SparseSelection select(std::span<const float> x, const EncodeContext& ctx, EncodeResult& stats) const override {
     SparseSelection sel;
     const uint64_t n = x.size(), k = budget().kFor(n, ctx.kOverride);

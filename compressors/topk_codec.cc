@@ -16,6 +16,11 @@ class TopKCodec final : public IndexValueCodec {
   SparseSelection select(std::span<const float> x, const EncodeContext& ctx, EncodeResult&) const override {
     return selectTopK(x, budget().kFor(x.size(), ctx.kOverride));
   }
+  cudapath::SparsePlan devicePlan(uint64_t n, const EncodeContext& ctx) const override {
+    cudapath::SparsePlan plan;
+    plan.k = plan.capacity = budget().kFor(n, ctx.kOverride);
+    return plan;
+  }
 };
 
 }  // namespace

@@ -46,11 +46,13 @@ void writeHeader(WireHeader h, std::span<std::byte> wire) {
   std::memcpy(wire.data(), &h, sizeof(h));
 }
 
-WireHeader parseHeader(std::span<const std::byte> wire) {
-  GRADCOMP_CHECK(wire.size() >= kWireHeaderBytes, DecodeError, "truncated wire buffer: ", wire.size(),
-                 " bytes, the header alone needs ", kWireHeaderBytes);
+WireHeader parseHeader(std::span<const std::byte> wire) { return parseHeader(wire, wire.size()); }
+
+WireHeader parseHeader(std::span<const std::byte> header, size_t bufferBytes) {
+  GRADCOMP_CHECK(bufferBytes >= kWireHeaderBytes && header.size() >= kWireHeaderBytes, DecodeError,
+                 "truncated wire buffer: ", bufferBytes, " bytes, the header alone needs ", kWireHeaderBytes);
   WireHeader h;
-  std::memcpy(&h, wire.data(), sizeof(h));
+  std::memcpy(&h, header.data(), sizeof(h));
   GRADCOMP_CHECK(h.magic == kWireMagic, DecodeError, "not a gradcomp wire buffer: magic 0x", std::hex, h.magic,
                  ", expected 0x", kWireMagic);
   GRADCOMP_CHECK(h.version == kWireVersion, DecodeError, "wire format version ", h.version,
@@ -60,8 +62,8 @@ WireHeader parseHeader(std::span<const std::byte> wire) {
   GRADCOMP_CHECK(std::string_view(codecIdName(h.codec)) != "unknown", DecodeError, "unknown codec id ",
                  h.codec, " in wire header");
   const auto total = checkedAdd(kWireHeaderBytes, h.payloadBytes);
-  GRADCOMP_CHECK(total && *total <= wire.size(), DecodeError, "truncated wire buffer: header announces ",
-                 h.payloadBytes, " payload bytes but only ", wire.size() - kWireHeaderBytes, " follow it");
+  GRADCOMP_CHECK(total && *total <= bufferBytes, DecodeError, "truncated wire buffer: header announces ",
+                 h.payloadBytes, " payload bytes but only ", bufferBytes - kWireHeaderBytes, " follow it");
   return h;
 }
 

@@ -62,6 +62,9 @@ void writeHeader(WireHeader h, std::span<std::byte> wire);
 // Reads and validates the header: size, magic, version, checksum, payload within the buffer.
 // Throws DecodeError naming the field. Codec-specific fields are checked by the codec.
 WireHeader parseHeader(std::span<const std::byte> wire);
+// The same checks for a buffer that is not in host memory (a CUDA buffer): `header` holds a host copy
+// of its first min(48, bufferBytes) bytes, bufferBytes is the whole buffer's size.
+WireHeader parseHeader(std::span<const std::byte> header, size_t bufferBytes);
 
 // Byte offsets of consecutive 16-byte aligned sections; sizes are checked for overflow.
 class SectionLayout {

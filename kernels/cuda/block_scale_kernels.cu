@@ -4,6 +4,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/block_scale_kernels.cuh"
+#include "kernels/cuda/device_util.cuh"
 
 namespace gradcomp::cuda {
 namespace {
@@ -17,11 +18,14 @@ __device__ float blockScaleDevice(float amax, float maxCode) {
   return isinf(s) ? FLT_MAX : s;
 }
 
-// Max of |x| bits over the block (an order-free integer max, so exact), broadcast to every thread.
-__device__ float blockAmaxDevice(const float* x, size_t len) {
+using detail::addend;
+
+// Max of |c| bits over the block, c = g + e (an order-free integer max, so exact), broadcast to every
+// thread. A NaN/Inf makes it >= 0x7f800000; the quantizing loop then records where.
+__device__ float blockAmaxDevice(const float* g, const float* e, size_t len) {
   __shared__ uint32_t warpMax[kWarps];
   uint32_t m = 0;
-  for (size_t i = threadIdx.x; i < len; i += kThreads) m = max(m, scalar::absBits(x[i]));
+  for (size_t i = threadIdx.x; i < len; i += kThreads) m = max(m, scalar::absBits(addend(g, e, i)));
   m = __reduce_max_sync(0xffffffffu, m);
   if ((threadIdx.x & 31) == 0) warpMax[threadIdx.x >> 5] = m;
   __syncthreads();
@@ -31,14 +35,16 @@ __device__ float blockAmaxDevice(const float* x, size_t len) {
   return scalar::bitsToFloat(all);
 }
 
-__global__ void encodeInt8Kernel(const float* x, size_t n, size_t blockSize, bool stochastic, scalar::RngStream rng,
-                                 uint64_t first, int8_t* codes, float* scales, float* residual) {
+__global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
+                                 scalar::RngStream rng, uint64_t first, int8_t* codes, float* scales, float* residual,
+                                 unsigned long long* firstBad) {
   const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
-  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, len), 127.0f);
+  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, e ? e + b0 : nullptr, len), 127.0f);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   for (size_t i = threadIdx.x; i < len; i += kThreads) {
-    const float v = x[b0 + i];
+    const float v = addend(x, e, b0 + i);
+    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
     const float scaled = __fmul_rn(v, scale);
     float q = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + b0 + i)))) : rintf(scaled);
     q = fminf(fmaxf(q, -127.0f), 127.0f);
@@ -57,17 +63,19 @@ __global__ void decodeInt8Kernel(const int8_t* codes, size_t n, size_t blockSize
   out[i] = accumulate ? __fadd_rn(out[i], v) : v;
 }
 
-__global__ void encodeFp8Kernel(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
-                                float* scales, unsigned long long* saturated, float* residual) {
+__global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t blockSize, scalar::Fp8Format fmt,
+                                uint8_t* codes, float* scales, unsigned long long* saturated, float* residual,
+                                unsigned long long* firstBad) {
   const scalar::Fp8Spec s = scalar::fp8Spec(fmt);
   const uint32_t overflowBits = scalar::floatBits(s.maxValue) + (1u << (22 - s.mantBits));
   const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
-  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, len), s.maxValue);
+  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, e ? e + b0 : nullptr, len), s.maxValue);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   unsigned count = 0;
   for (size_t i = threadIdx.x; i < len; i += kThreads) {
-    const float v = x[b0 + i];
+    const float v = addend(x, e, b0 + i);
+    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
     const float scaled = __fmul_rn(v, scale);
     count += scalar::absBits(scaled) >= overflowBits;
     const uint8_t c = scalar::floatToFp8(scaled, fmt);
@@ -75,7 +83,7 @@ __global__ void encodeFp8Kernel(const float* x, size_t n, size_t blockSize, scal
     if (residual) residual[b0 + i] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(c, fmt), inv));
   }
   count = __reduce_add_sync(0xffffffffu, count);
-  if ((threadIdx.x & 31) == 0 && count) atomicAdd(saturated, static_cast<unsigned long long>(count));
+  if ((threadIdx.x & 31) == 0 && count && saturated) atomicAdd(saturated, static_cast<unsigned long long>(count));
 }
 
 __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
@@ -87,15 +95,16 @@ __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize
   out[i] = accumulate ? __fadd_rn(out[i], v) : v;
 }
 
-__global__ void encodeSignKernel(const float* x, size_t n, size_t blockSize, uint8_t* bits, float* scales,
-                                 float* residual) {
+__global__ void encodeSignKernel(const float* x, const float* e, size_t n, size_t blockSize, uint8_t* bits,
+                                 float* scales, float* residual, unsigned long long* firstBad) {
   __shared__ double lanes[8];
   __shared__ float blockScale;
   const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
   // mean |x|: lane j sums the elements i % 8 == j in order, in double; then the CPU's fixed tree.
   if (threadIdx.x < 8) {
     double sum = 0;
-    for (size_t i = threadIdx.x; i < len; i += 8) sum = __dadd_rn(sum, static_cast<double>(fabsf(x[b0 + i])));
+    for (size_t i = threadIdx.x; i < len; i += 8)
+      sum = __dadd_rn(sum, static_cast<double>(fabsf(addend(x, e, b0 + i))));
     lanes[threadIdx.x] = sum;
   }
   __syncthreads();
@@ -111,7 +120,8 @@ __global__ void encodeSignKernel(const float* x, size_t n, size_t blockSize, uin
     const size_t i = base + threadIdx.x;
     bool bit = false;
     if (i < len) {
-      const float v = x[b0 + i];
+      const float v = addend(x, e, b0 + i);
+      if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
       bit = v > 0.0f || (v == 0.0f && ((b0 + i) & 1u) == 0);
       if (residual) residual[b0 + i] = __fsub_rn(v, bit ? scale + 0.0f : -scale + 0.0f);
     }
@@ -138,13 +148,13 @@ unsigned elementGrid(size_t n) { return static_cast<unsigned>((n + kThreads - 1)
 
 }  // namespace
 
-cudaError_t launchEncodeInt8Blocks(const float* x, size_t n, size_t blockSize, bool stochastic, scalar::RngStream rng,
-                                   uint64_t first, int8_t* codes, float* scales, float* residual,
-                                   cudaStream_t cudaStream) {
+cudaError_t launchEncodeInt8Blocks(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
+                                   scalar::RngStream rng, uint64_t first, int8_t* codes, float* scales, float* residual,
+                                   unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, stochastic, rng, first, codes,
-                                                                         scales, residual);
+  encodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, stochastic, rng, first,
+                                                                         codes, scales, residual, firstBad);
   return cudaGetLastError();
 }
 
@@ -156,13 +166,13 @@ cudaError_t launchDecodeInt8Blocks(const int8_t* codes, size_t n, size_t blockSi
   return cudaGetLastError();
 }
 
-cudaError_t launchEncodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
-                                  float* scales, unsigned long long* saturated, float* residual,
-                                  cudaStream_t cudaStream) {
+cudaError_t launchEncodeFp8Blocks(const float* x, const float* e, size_t n, size_t blockSize, scalar::Fp8Format fmt,
+                                  uint8_t* codes, float* scales, unsigned long long* saturated, float* residual,
+                                  unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, fmt, codes, scales, saturated,
-                                                                        residual);
+  encodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, fmt, codes, scales,
+                                                                        saturated, residual, firstBad);
   return cudaGetLastError();
 }
 
@@ -174,11 +184,13 @@ cudaError_t launchDecodeFp8Blocks(const uint8_t* codes, size_t n, size_t blockSi
   return cudaGetLastError();
 }
 
-cudaError_t launchEncodeSignBlocks(const float* x, size_t n, size_t blockSize, uint8_t* bits, float* scales,
-                                   float* residual, cudaStream_t cudaStream) {
+cudaError_t launchEncodeSignBlocks(const float* x, const float* e, size_t n, size_t blockSize, uint8_t* bits,
+                                   float* scales, float* residual, unsigned long long* firstBad,
+                                   cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || blockSize % 32 != 0) return cudaErrorInvalidValue;
-  encodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, n, blockSize, bits, scales, residual);
+  encodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, bits, scales, residual,
+                                                                         firstBad);
   return cudaGetLastError();
 }
 

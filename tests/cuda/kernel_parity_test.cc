@@ -1,4 +1,5 @@
-// GPU vs CPU parity of the block-scaled int8 / FP8 and scaled-sign kernels (issue 3): the same codes,
+// GPU vs CPU parity of the block-scaled int8 / FP8 and scaled-sign kernels at the launcher level (the
+// codec-level suite, codec_parity_test.cc, covers every codec through Compressor): the same codes,
 // scales, bits, residuals and decoded sums, byte for byte, over a size sweep with odd sizes, blocks
 // that end mid-way, misaligned device pointers, zeros, extremes and stochastic rounding. Built wherever
 // CUDA is; registered in ctest only where a GPU answers, and run by scripts/gpu-check.
@@ -94,8 +95,8 @@ TEST(KernelParity, Int8NearestAndStochasticWithResidualAndDecodeAccumulate) {
           }
           DeviceVector<float> dx(x, offset), dScales(blocks), dResidual(n, offset), dOut(std::vector<float>(n, 0.5f), offset);
           DeviceVector<int8_t> dCodes(n, offset);
-          ASSERT_EQ(cuda::launchEncodeInt8Blocks(dx.ptr, n, block, stochastic, rng, 0, dCodes.ptr, dScales.ptr,
-                                                 dResidual.ptr, nullptr), cudaSuccess);
+          ASSERT_EQ(cuda::launchEncodeInt8Blocks(dx.ptr, nullptr, n, block, stochastic, rng, 0, dCodes.ptr, dScales.ptr,
+                                                 dResidual.ptr, nullptr, nullptr), cudaSuccess);
           ASSERT_EQ(cuda::launchDecodeInt8Blocks(dCodes.ptr, n, block, dScales.ptr, dOut.ptr, true, nullptr), cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           EXPECT_TRUE(sameBytes(dCodes.get(), codes));
@@ -126,8 +127,8 @@ TEST(KernelParity, Fp8BothFormatsWithSaturationCountResidualAndDecode) {
               dOut(std::vector<float>(n, -1.25f), offset);
           DeviceVector<uint8_t> dCodes(n, offset);
           DeviceVector<unsigned long long> dSaturated(1);
-          ASSERT_EQ(cuda::launchEncodeFp8Blocks(dx.ptr, n, block, fmt, dCodes.ptr, dScales.ptr, dSaturated.ptr,
-                                                dResidual.ptr, nullptr), cudaSuccess);
+          ASSERT_EQ(cuda::launchEncodeFp8Blocks(dx.ptr, nullptr, n, block, fmt, dCodes.ptr, dScales.ptr, dSaturated.ptr,
+                                                dResidual.ptr, nullptr, nullptr), cudaSuccess);
           ASSERT_EQ(cuda::launchDecodeFp8Blocks(dCodes.ptr, n, block, fmt, dScales.ptr, dOut.ptr, true, nullptr),
                     cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -159,8 +160,8 @@ TEST(KernelParity, SignBitsScalesResidualAndDecode) {
         }
         DeviceVector<float> dx(x, offset), dScales(blocks), dResidual(n, offset), dOut(std::vector<float>(n, 2.0f), offset);
         DeviceVector<uint8_t> dBits(bytes, offset);
-        ASSERT_EQ(cuda::launchEncodeSignBlocks(dx.ptr, n, block, dBits.ptr, dScales.ptr, dResidual.ptr, nullptr),
-                  cudaSuccess);
+        ASSERT_EQ(cuda::launchEncodeSignBlocks(dx.ptr, nullptr, n, block, dBits.ptr, dScales.ptr, dResidual.ptr, nullptr,
+                                               nullptr), cudaSuccess);
         ASSERT_EQ(cuda::launchDecodeSignBlocks(dBits.ptr, n, block, dScales.ptr, dOut.ptr, true, nullptr), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_TRUE(sameBytes(dBits.get(), bits));
@@ -174,11 +175,12 @@ TEST(KernelParity, BadBlockSizesAreRefusedNotRun) {
   DeviceVector<float> x(64);
   DeviceVector<uint8_t> bits(8);
   DeviceVector<float> scales(4);
-  EXPECT_EQ(cuda::launchEncodeSignBlocks(x.ptr, 64, 48, bits.ptr, scales.ptr, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::launchEncodeInt8Blocks(x.ptr, 64, 0, false, {}, 0, nullptr, scales.ptr, nullptr, nullptr),
+  EXPECT_EQ(cuda::launchEncodeSignBlocks(x.ptr, nullptr, 64, 48, bits.ptr, scales.ptr, nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::launchEncodeFp8Blocks(x.ptr, 0, 0, scalar::Fp8Format::E4M3, nullptr, nullptr, nullptr, nullptr,
-                                        nullptr), cudaSuccess);  // n = 0: nothing to do
+  EXPECT_EQ(cuda::launchEncodeInt8Blocks(x.ptr, nullptr, 64, 0, false, {}, 0, nullptr, scales.ptr, nullptr, nullptr,
+                                         nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchEncodeFp8Blocks(x.ptr, nullptr, 0, 0, scalar::Fp8Format::E4M3, nullptr, nullptr, nullptr,
+                                        nullptr, nullptr, nullptr), cudaSuccess);  // n = 0: nothing to do
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// Device-side helpers shared by the CUDA kernels (included by .cu files only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/scalar/host_device.h"
+
+namespace gradcomp::cuda::detail {
+
+constexpr int kThreads = 256;
+
+// Grid for one thread per item, capped so huge inputs use grid-stride loops instead of a grid the
+// hardware refuses (2^31 - 1 blocks is the limit; 2^20 blocks of 256 threads is plenty on any GPU).
+inline unsigned gridFor(size_t items, int threads = kThreads) {
+  const size_t blocks = (items + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < (size_t{1} << 20) ? (blocks ? blocks : 1) : (size_t{1} << 20));
+}
+
+// Records the smallest index at which something went wrong (a non-finite input, an invalid code):
+// atomicMin over all threads gives the first one in index order, which is what the CPU reports.
+__device__ __forceinline__ void recordFirst(unsigned long long* first, uint64_t index) {
+  if (first) atomicMin(first, static_cast<unsigned long long>(index));
+}
+
+// c = g + e with e optional (the fused error-feedback input), rounded as the CPU's fp32 add.
+__device__ __forceinline__ float addend(const float* g, const float* e, size_t i) {
+  return e ? __fadd_rn(g[i], e[i]) : g[i];
+}
+
+__device__ __forceinline__ bool isAligned(const void* p, size_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+}  // namespace gradcomp::cuda::detail
