@@ -1,6 +1,8 @@
 // CUDA twins of the block-scaled int8 / FP8 and scaled-sign kernels; see block_scale_kernels.cuh.
 // Every floating-point step is the CPU reference's, rounded the same way (__fmul_rn, __fdiv_rn, rintf,
 // double lane sums in a fixed order) and compiled with --fmad=false, so the bytes match.
+#include <cuda_fp8.h>
+
 #include <cfloat>
 
 #include "kernels/cuda/block_scale_kernels.cuh"
@@ -143,6 +145,20 @@ __global__ void decodeSignKernel(const uint8_t* bits, size_t n, size_t blockSize
   out[i] = accumulate ? __fadd_rn(out[i], v) : v;
 }
 
+// Every finite fp32 bit pattern through both conversions; counts where they differ.
+__global__ void fp8IntrinsicMismatchKernel(scalar::Fp8Format fmt, unsigned long long* mismatches) {
+  const __nv_fp8_interpretation_t kind = fmt == scalar::Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+  unsigned count = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (uint64_t{1} << 32); b += stride) {
+    const float f = scalar::bitsToFloat(static_cast<uint32_t>(b));
+    if (!isfinite(f)) continue;
+    count += scalar::floatToFp8(f, fmt) != static_cast<uint8_t>(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, kind));
+  }
+  count = __reduce_add_sync(0xffffffffu, count);
+  if ((threadIdx.x & 31) == 0 && count) atomicAdd(mismatches, static_cast<unsigned long long>(count));
+}
+
 unsigned blocksOf(size_t n, size_t blockSize) { return static_cast<unsigned>((n + blockSize - 1) / blockSize); }
 unsigned elementGrid(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -199,6 +215,12 @@ cudaError_t launchDecodeSignBlocks(const uint8_t* bits, size_t n, size_t blockSi
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
   decodeSignKernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCountFp8IntrinsicMismatches(scalar::Fp8Format fmt, unsigned long long* mismatches,
+                                              cudaStream_t cudaStream) {
+  fp8IntrinsicMismatchKernel<<<4096, kThreads, 0, cudaStream>>>(fmt, mismatches);
   return cudaGetLastError();
 }
 

@@ -44,4 +44,10 @@ cudaError_t launchEncodeSignBlocks(const float* x, const float* e, size_t n, siz
 cudaError_t launchDecodeSignBlocks(const uint8_t* bits, size_t n, size_t blockSize, const float* scales, float* out,
                                    bool accumulate, cudaStream_t cudaStream);
 
+// The encoders convert with the shared scalar floatToFp8 (bit-exact with the CPU by construction).
+// This counts, over every finite fp32 bit pattern, where cuda_fp8.h's saturating hardware conversion
+// (__nv_cvt_float_to_fp8 with __NV_SATFINITE) gives another byte: zero would let the kernels use it.
+cudaError_t launchCountFp8IntrinsicMismatches(scalar::Fp8Format fmt, unsigned long long* mismatches,
+                                              cudaStream_t cudaStream);
+
 }  // namespace gradcomp::cuda

@@ -19,6 +19,31 @@ GRADCOMP_HD float addRn(float a, float b) {
 #endif
 }
 
+// The other fp32 operations rounded to nearest even, never fused into an FMA on either side.
+GRADCOMP_HD float subRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+GRADCOMP_HD float mulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+GRADCOMP_HD float divRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 // ---------------------------------------------------------------- fp16
 
 constexpr uint16_t kHalfMaxBits = 0x7bff;         // 65504
