@@ -7,12 +7,13 @@
 
 #include "kernels/cuda/block_scale_kernels.cuh"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/scalar/level_codes.h"
 
 namespace gradcomp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kWarpsPerBlock = kThreads / 32;
 
 __device__ float blockScaleDevice(float amax, float maxCode) {
   if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
@@ -22,37 +23,53 @@ __device__ float blockScaleDevice(float amax, float maxCode) {
 
 using detail::addend;
 
-// Max of |c| bits over the block, c = g + e (an order-free integer max, so exact), broadcast to every
-// thread. A NaN/Inf makes it >= 0x7f800000; the quantizing loop then records where.
-__device__ float blockAmaxDevice(const float* g, const float* e, size_t len) {
-  __shared__ uint32_t warpMax[kWarps];
+// One warp per codec block: no shared memory and no block-wide barrier, eight codec blocks per CUDA
+// block in flight, and every loop strided by the warp so loads and stores coalesce. Lane l handles the
+// block's elements l, l+32, ... in both the amax pass and the quantizing pass, so with the residual
+// written in place over e each lane only overwrites what it alone has read.
+struct WarpBlock {
+  size_t index;  // codec block
+  size_t b0, len;
+  unsigned lane;
+  bool valid;
+};
+
+__device__ __forceinline__ WarpBlock warpBlock(size_t n, size_t blockSize) {
+  WarpBlock w;
+  w.index = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  w.lane = threadIdx.x & 31;
+  w.b0 = w.index * blockSize;
+  w.valid = w.b0 < n;
+  w.len = w.valid ? min(blockSize, n - w.b0) : 0;
+  return w;
+}
+
+// Max of |c| bits over the block (an order-free integer max, so exact), in every lane. A NaN/Inf makes
+// it >= 0x7f800000; the quantizing loop then records where.
+__device__ __forceinline__ float warpAmax(const float* g, const float* e, const WarpBlock& w) {
   uint32_t m = 0;
-  for (size_t i = threadIdx.x; i < len; i += kThreads) m = max(m, scalar::absBits(addend(g, e, i)));
-  m = __reduce_max_sync(0xffffffffu, m);
-  if ((threadIdx.x & 31) == 0) warpMax[threadIdx.x >> 5] = m;
-  __syncthreads();
-  uint32_t all = 0;
-  for (int w = 0; w < kWarps; ++w) all = max(all, warpMax[w]);
-  __syncthreads();  // warpMax is reused by the next call
-  return scalar::bitsToFloat(all);
+  for (size_t i = w.lane; i < w.len; i += 32) m = max(m, scalar::absBits(addend(g, e, w.b0 + i)));
+  return scalar::bitsToFloat(__reduce_max_sync(0xffffffffu, m));
 }
 
 __global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
                                  scalar::RngStream rng, uint64_t first, int8_t* codes, float* scales, float* residual,
                                  unsigned long long* firstBad) {
-  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
-  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, e ? e + b0 : nullptr, len), 127.0f);
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;  // whole warps leave together
+  const float scale = blockScaleDevice(warpAmax(x, e, w), 127.0f);
+  if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
-  for (size_t i = threadIdx.x; i < len; i += kThreads) {
-    const float v = addend(x, e, b0 + i);
-    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
+  for (size_t k = w.lane; k < w.len; k += 32) {
+    const size_t i = w.b0 + k;
+    const float v = addend(x, e, i);
+    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i);
     const float scaled = __fmul_rn(v, scale);
-    float q = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + b0 + i)))) : rintf(scaled);
+    float q = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + i)))) : rintf(scaled);
     q = fminf(fmaxf(q, -127.0f), 127.0f);
     const int8_t c = static_cast<int8_t>(q);
-    codes[b0 + i] = c;
-    if (residual) residual[b0 + i] = __fsub_rn(v, __fmul_rn(static_cast<float>(c), inv));
+    codes[i] = c;
+    if (residual) residual[i] = __fsub_rn(v, __fmul_rn(static_cast<float>(c), inv));
   }
 }
 
@@ -68,24 +85,26 @@ __global__ void decodeInt8Kernel(const int8_t* codes, size_t n, size_t blockSize
 __global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t blockSize, scalar::Fp8Format fmt,
                                 uint8_t* codes, float* scales, unsigned long long* saturated, float* residual,
                                 unsigned long long* firstBad) {
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;
   const scalar::Fp8Spec s = scalar::fp8Spec(fmt);
   const uint32_t overflowBits = scalar::floatBits(s.maxValue) + (1u << (22 - s.mantBits));
-  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
-  const float scale = blockScaleDevice(blockAmaxDevice(x + b0, e ? e + b0 : nullptr, len), s.maxValue);
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  const float scale = blockScaleDevice(warpAmax(x, e, w), s.maxValue);
+  if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   unsigned count = 0;
-  for (size_t i = threadIdx.x; i < len; i += kThreads) {
-    const float v = addend(x, e, b0 + i);
-    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
+  for (size_t k = w.lane; k < w.len; k += 32) {
+    const size_t i = w.b0 + k;
+    const float v = addend(x, e, i);
+    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i);
     const float scaled = __fmul_rn(v, scale);
     count += scalar::absBits(scaled) >= overflowBits;
     const uint8_t c = scalar::floatToFp8(scaled, fmt);
-    codes[b0 + i] = c;
-    if (residual) residual[b0 + i] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(c, fmt), inv));
+    codes[i] = c;
+    if (residual) residual[i] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(c, fmt), inv));
   }
   count = __reduce_add_sync(0xffffffffu, count);
-  if ((threadIdx.x & 31) == 0 && count && saturated) atomicAdd(saturated, static_cast<unsigned long long>(count));
+  if (w.lane == 0 && count && saturated) atomicAdd(saturated, static_cast<unsigned long long>(count));
 }
 
 __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
@@ -99,39 +118,34 @@ __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize
 
 __global__ void encodeSignKernel(const float* x, const float* e, size_t n, size_t blockSize, uint8_t* bits,
                                  float* scales, float* residual, unsigned long long* firstBad) {
-  __shared__ double lanes[8];
-  __shared__ float blockScale;
-  const size_t b0 = blockIdx.x * blockSize, len = min(blockSize, n - b0);
-  // mean |x|: lane j sums the elements i % 8 == j in order, in double; then the CPU's fixed tree.
-  if (threadIdx.x < 8) {
-    double sum = 0;
-    for (size_t i = threadIdx.x; i < len; i += 8)
-      sum = __dadd_rn(sum, static_cast<double>(fabsf(addend(x, e, b0 + i))));
-    lanes[threadIdx.x] = sum;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const double total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    blockScale = len ? static_cast<float>(total / static_cast<double>(len)) : 0.0f;
-    scales[blockIdx.x] = blockScale;
-  }
-  __syncthreads();
-  const float scale = blockScale;
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;
+  // mean |c|: lane j < 8 sums the elements i % 8 == j in order, in double; then the CPU's fixed tree.
+  const double mine = w.lane < 8 ? scalar::laneSumAbs(x + w.b0, e ? e + w.b0 : nullptr, w.len, w.lane) : 0.0;
+  double lanes[8];
+  for (int j = 0; j < 8; ++j) lanes[j] = __shfl_sync(0xffffffffu, mine, j);
+  const float scale = scalar::meanOf(scalar::sumOfLanes8(lanes), w.len);
+  if (w.lane == 0) scales[w.index] = scale;
+  __syncwarp();  // lanes 0-7 have read every c before any lane overwrites e with the residual
+  // blockSize is a multiple of 32: each 32-element chunk is one ballot and one aligned 32-bit word.
   const size_t bytesTotal = (n + 7) / 8;
-  for (size_t base = 0; base < len; base += kThreads) {
-    const size_t i = base + threadIdx.x;
+  for (size_t base = 0; base < w.len; base += 32) {
+    const size_t k = base + w.lane;
     bool bit = false;
-    if (i < len) {
-      const float v = addend(x, e, b0 + i);
-      if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, b0 + i);
-      bit = v > 0.0f || (v == 0.0f && ((b0 + i) & 1u) == 0);
-      if (residual) residual[b0 + i] = __fsub_rn(v, bit ? scale + 0.0f : -scale + 0.0f);
+    if (k < w.len) {
+      const size_t i = w.b0 + k;
+      const float v = addend(x, e, i);
+      if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i);
+      bit = scalar::signCode(v, i);
+      if (residual) residual[i] = __fsub_rn(v, scalar::twoValued(bit, scale, -scale));
     }
     const unsigned word = __ballot_sync(0xffffffffu, bit);
-    const size_t warpFirst = b0 + base + (threadIdx.x & ~31u);  // a multiple of 32: blockSize is
-    if ((threadIdx.x & 31) == 0 && warpFirst < b0 + len) {
-      const size_t byte0 = warpFirst / 8;
-      for (int k = 0; k < 4 && byte0 + k < bytesTotal; ++k) bits[byte0 + k] = static_cast<uint8_t>(word >> (8 * k));
+    const size_t byte0 = (w.b0 + base) / 8;
+    if (w.lane == 0) {
+      if (byte0 + 4 <= bytesTotal && detail::isAligned(bits + byte0, 4))  // always, in a wire section
+        *reinterpret_cast<uint32_t*>(bits + byte0) = word;
+      else
+        for (size_t j = 0; byte0 + j < bytesTotal; ++j) bits[byte0 + j] = static_cast<uint8_t>(word >> (8 * j));
     }
   }
 }
@@ -159,7 +173,11 @@ __global__ void fp8IntrinsicMismatchKernel(scalar::Fp8Format fmt, unsigned long 
   if ((threadIdx.x & 31) == 0 && count) atomicAdd(mismatches, static_cast<unsigned long long>(count));
 }
 
-unsigned blocksOf(size_t n, size_t blockSize) { return static_cast<unsigned>((n + blockSize - 1) / blockSize); }
+// A warp per codec block, eight per CUDA block.
+unsigned blocksOf(size_t n, size_t blockSize) {
+  const size_t codecBlocks = (n + blockSize - 1) / blockSize;
+  return static_cast<unsigned>((codecBlocks + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
 unsigned elementGrid(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Launchers of the CUDA twins of the block-scaled int8 / FP8 kernels and the scaled-sign kernels
 // (kernels/cpu/block_scale_kernels.h, kernels/cpu/sign_kernels.h): the same codes, scales and bits as
 // the CPU reference, built on the shared scalar conversions (kernels/scalar/float_formats.h). All
-// pointers are device pointers; any alignment. One CUDA block per codec block: the block's amax is
-// reduced in registers and warp shuffles, then the same block quantizes.
+// pointers are device pointers; any alignment. One warp per codec block: the block's amax is
+// reduced in registers and warp shuffles, then the same warp quantizes.
 #pragma once
 
 #include <cuda_runtime.h>
