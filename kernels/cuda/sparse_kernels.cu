@@ -330,33 +330,19 @@ cudaError_t findNonFinite(const float* x, size_t n, uint64_t* firstNonFinite, cu
   return cudaSuccess;
 }
 
-cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint64_t* firstNonFinite,
-                      cudaStream_t stream) {
-  *firstNonFinite = kNoIndex;
-  if (k == 0 || k > n) return k == 0 ? cudaSuccess : cudaErrorInvalidValue;
+namespace {
+
+// The exact top-k over an ascending candidate list that holds every element whose key is at or above
+// the k-th largest key of x (so the answer over the list is the answer over x): three digits over the
+// list, then the ties, then the ordered compaction of the k taken ones into the wire.
+cudaError_t selectFromList(const float* x, const uint64_t* list, size_t m, size_t k, const SparseOutput& out,
+                           Counters* counters, cudaStream_t stream) {
   Scratch<SelectState> st;
-  Scratch<Counters> counters;
-  Scratch<uint64_t> list;
   GC_TRY(st.allocate(1, stream));
-  GC_TRY(counters.allocate(1, stream));
-  GC_TRY(list.allocate(n, stream));
-  GC_TRY(initCounters(counters.get(), stream));
   initStateKernel<<<1, kThreads, 0, stream>>>(st.get(), k);
   GC_TRY(cudaGetLastError());
-  // Digit 1 over the whole input, then the ordered list of everything at or above its bucket.
-  GC_TRY(selectPass(AbsKeys{x}, n, 0, st.get(), &counters.get()->firstNonFinite, stream));
-  GC_TRY(selectIndices(n, AtOrAboveTopBucket{x, st.get()}, list.get(), &counters.get()->count, stream));
-  Counters host{};
-  GC_TRY(cudaMemcpyAsync(&host, counters.get(), sizeof(Counters), cudaMemcpyDeviceToHost, stream));
-  GC_TRY(cudaStreamSynchronize(stream));
-  if (host.firstNonFinite != kNoIndex) {
-    *firstNonFinite = host.firstNonFinite;
-    return cudaSuccess;
-  }
-  const size_t m = static_cast<size_t>(host.count);
-  // Digits 2 and 3 on the list: keys outside the chosen top bucket never match the prefix.
-  GC_TRY(selectPass(ListedAbsKeys{x, list.get()}, m, 1, st.get(), nullptr, stream));
-  GC_TRY(selectPass(ListedAbsKeys{x, list.get()}, m, 2, st.get(), nullptr, stream));
+  for (int pass = 0; pass < 3; ++pass)
+    GC_TRY(selectPass(ListedAbsKeys{x, list}, m, pass, st.get(), nullptr, stream));
   // Ties: the first kRemaining keys equal to the threshold, in index order.
   Scratch<unsigned long long> equal, equalRank;
   Scratch<unsigned char> taken;
@@ -365,7 +351,7 @@ cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint
   GC_TRY(equalRank.allocate(m, stream));
   GC_TRY(taken.allocate(m, stream));
   GC_TRY(selected.allocate(m, stream));
-  equalFlagsKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, list.get(), m, st.get(), equal.get());
+  equalFlagsKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, list, m, st.get(), equal.get());
   GC_TRY(cudaGetLastError());
   size_t bytes = 0;
   GC_TRY(cub::DeviceScan::ExclusiveSum(nullptr, bytes, equal.get(), equalRank.get(), static_cast<int64_t>(m), stream));
@@ -375,27 +361,99 @@ cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint
     GC_TRY(cub::DeviceScan::ExclusiveSum(temp.get(), bytes, equal.get(), equalRank.get(), static_cast<int64_t>(m),
                                          stream));
   }
-  takenFlagsKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, list.get(), m, st.get(), equalRank.get(),
-                                                                 taken.get());
+  takenFlagsKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, list, m, st.get(), equalRank.get(), taken.get());
   GC_TRY(cudaGetLastError());
   // The taken ones are k by construction (above the threshold, plus kRemaining equal ones); the
   // compaction target has room for the whole list all the same, and the count is checked.
   bytes = 0;
-  GC_TRY(cub::DeviceSelect::Flagged(nullptr, bytes, list.get(), taken.get(), selected.get(), &counters.get()->count,
+  GC_TRY(cub::DeviceSelect::Flagged(nullptr, bytes, list, taken.get(), selected.get(), &counters->count,
                                     static_cast<int64_t>(m), stream));
   {
     Scratch<unsigned char> temp;
     GC_TRY(temp.allocate(bytes, stream));
-    GC_TRY(cub::DeviceSelect::Flagged(temp.get(), bytes, list.get(), taken.get(), selected.get(),
-                                      &counters.get()->count, static_cast<int64_t>(m), stream));
+    GC_TRY(cub::DeviceSelect::Flagged(temp.get(), bytes, list, taken.get(), selected.get(), &counters->count,
+                                      static_cast<int64_t>(m), stream));
   }
   int64_t got = 0;
-  GC_TRY(toHost(&counters.get()->count, &got, stream));
+  GC_TRY(toHost(&counters->count, &got, stream));
   uint32_t failed = 0;
   GC_TRY(toHost(&st.get()->failed, &failed, stream));
   if (failed || static_cast<uint64_t>(got) != k) return cudaErrorAssert;
-  GC_TRY(writeEntries(x, selected.get(), k, out, stream));
-  return cudaSuccess;
+  return writeEntries(x, selected.get(), k, out, stream);
+}
+
+// Keys sampled for the candidate bound: a strided sample of this many elements (1 MiB of keys).
+constexpr size_t kTopKSample = size_t{1} << 18;
+
+}  // namespace
+
+cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint64_t* firstNonFinite,
+                      cudaStream_t stream) {
+  *firstNonFinite = kNoIndex;
+  if (k == 0 || k > n) return k == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  Scratch<Counters> counters;
+  Scratch<uint64_t> list;
+  GC_TRY(counters.allocate(1, stream));
+  GC_TRY(list.allocate(n, stream));
+  GC_TRY(initCounters(counters.get(), stream));
+  Counters host{};
+  auto readCounters = [&]() -> cudaError_t {
+    GC_TRY(cudaMemcpyAsync(&host, counters.get(), sizeof(Counters), cudaMemcpyDeviceToHost, stream));
+    return cudaStreamSynchronize(stream);
+  };
+
+  // 1. One read: a bound from a strided sample (its kS-th largest key, kS 25 % + 8 above the expected
+  // share of the top k), then the ordered list of every element at or above it. When the list holds
+  // at least k, it holds the whole top k (ties included) and the rest works on it alone. NaN/Inf keys
+  // are above any finite bound, so the list also finds the first of them.
+  const size_t m = std::min(n, kTopKSample), stride = n / m;
+  {
+    Scratch<uint32_t> keys;
+    Scratch<SelectState> st;
+    GC_TRY(keys.allocate(m, stream));
+    GC_TRY(st.allocate(1, stream));
+    sampleKeysKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, 0, stride, m, keys.get(), &counters.get()->finite);
+    GC_TRY(cudaGetLastError());
+    GC_TRY(readCounters());
+    if (host.finite) {
+      const double expected = static_cast<double>(k) / static_cast<double>(n) * static_cast<double>(host.finite);
+      const size_t kS = std::min<size_t>(host.finite, static_cast<size_t>(1.25 * expected) + 8);
+      initStateKernel<<<1, kThreads, 0, stream>>>(st.get(), kS);
+      GC_TRY(cudaGetLastError());
+      for (int pass = 0; pass < 3; ++pass) GC_TRY(selectPass(PlainKeys{keys.get()}, m, pass, st.get(), nullptr, stream));
+      GC_TRY(selectIndices(n, AtOrAboveThreshold{x, st.get()}, list.get(), &counters.get()->count, stream));
+      GC_TRY(cudaMemcpyAsync(&host, counters.get(), sizeof(Counters), cudaMemcpyDeviceToHost, stream));
+      GC_TRY(cudaStreamSynchronize(stream));
+      const size_t candidates = static_cast<size_t>(host.count);
+      if (candidates) {
+        firstNonFiniteListedKernel<<<detail::gridFor(candidates), kThreads, 0, stream>>>(
+            x, list.get(), candidates, &counters.get()->firstNonFinite);
+        GC_TRY(cudaGetLastError());
+        GC_TRY(readCounters());
+      }
+      if (host.firstNonFinite != kNoIndex) {
+        *firstNonFinite = host.firstNonFinite;
+        return cudaSuccess;
+      }
+      if (candidates >= k) return selectFromList(x, list.get(), candidates, k, out, counters.get(), stream);
+    }
+  }
+
+  // 2. The bound admitted fewer than k (or the sample held no finite value): a histogram of the top
+  // 11 bits over the whole input picks the bucket of the k-th largest key, and the list is everything
+  // in that bucket or above.
+  Scratch<SelectState> st;
+  GC_TRY(st.allocate(1, stream));
+  initStateKernel<<<1, kThreads, 0, stream>>>(st.get(), k);
+  GC_TRY(cudaGetLastError());
+  GC_TRY(selectPass(AbsKeys{x}, n, 0, st.get(), &counters.get()->firstNonFinite, stream));
+  GC_TRY(selectIndices(n, AtOrAboveTopBucket{x, st.get()}, list.get(), &counters.get()->count, stream));
+  GC_TRY(readCounters());
+  if (host.firstNonFinite != kNoIndex) {
+    *firstNonFinite = host.firstNonFinite;
+    return cudaSuccess;
+  }
+  return selectFromList(x, list.get(), static_cast<size_t>(host.count), k, out, counters.get(), stream);
 }
 
 cudaError_t thresholdSelect(const float* x, size_t n, size_t k, size_t minSample, uint64_t offset, size_t cap,

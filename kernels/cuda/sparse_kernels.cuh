@@ -35,10 +35,11 @@ inline constexpr uint64_t kNoIndex = ~uint64_t{0};
 cudaError_t launchAdd(const float* g, const float* e, size_t n, float* c, cudaStream_t stream);
 
 // Exact top-k of |x| (1 <= k <= n). firstNonFinite: the smallest index holding NaN/Inf (kNoIndex if
-// none; then nothing is written). Passes over the input: one histogram of the top 11 bits of |x|, one
-// ordered compaction of the elements at or above the chosen bucket; the remaining two digits and the
-// final choice run on that candidate list (about k elements on spread-out data, n on data within one
-// 1/8-octave bucket).
+// none; then nothing is written). One read of the input in the usual case: a strided sample of 2^18
+// keys gives a bound admitting about 1.25 k elements, an ordered compaction gathers them, and the
+// 11/11/9-bit radix select, the ties and the output run on that list alone. Should the bound admit
+// fewer than k, a histogram of the top 11 bits over the input picks the bucket instead (a second
+// read); on data within one 1/8-octave bucket the list is the whole input.
 cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint64_t* firstNonFinite,
                       cudaStream_t stream);
 
