@@ -188,8 +188,10 @@ __global__ void takenFlagsKernel(const float* x, const uint64_t* list, size_t m,
   }
 }
 
-__global__ void firstNonFiniteListedKernel(const float* x, const uint64_t* list, size_t m,
+// The first NaN/Inf along an ascending list whose length the device knows (a compaction's count).
+__global__ void firstNonFiniteListedKernel(const float* x, const uint64_t* list, const int64_t* count,
                                            unsigned long long* first) {
+  const size_t m = static_cast<size_t>(*count);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride)
     if (!scalar::isFiniteBits(scalar::absBits(x[list[j]]))) detail::recordFirst(first, list[j]);
@@ -303,6 +305,31 @@ struct Counters {
   unsigned long long finite;
 };
 
+// Starts a selection over a sample whose finite count the device knows, without a round trip:
+// threshold: the sample's share of k, round(fraction * finite) clamped to [1, finite] as
+// cpu::sampledThreshold; top-k bound: 25 % + 8 above that share. No finite sample: k = 0, threshold 0.
+__global__ void initStateFromSampleKernel(SelectState* st, const Counters* c, double fraction, bool topkBound) {
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) st->hist[b] = 0;
+  if (threadIdx.x != 0) return;
+  const unsigned long long finite = c->finite;
+  unsigned long long k = 0;
+  if (finite && topkBound) {
+    k = static_cast<unsigned long long>(1.25 * (fraction * static_cast<double>(finite))) + 8;
+    k = k < finite ? k : finite;
+  } else if (finite) {
+    k = static_cast<unsigned long long>(fraction * static_cast<double>(finite) + 0.5);
+    k = k < 1 ? 1 : (k > finite ? finite : k);
+  }
+  st->prefix = 0;
+  st->failed = 0;
+  st->kRemaining = k;
+}
+
+cudaError_t scanListForNonFinite(const float* x, const uint64_t* list, Counters* c, cudaStream_t stream) {
+  firstNonFiniteListedKernel<<<kHistogramBlocks, kThreads, 0, stream>>>(x, list, &c->count, &c->firstNonFinite);
+  return cudaGetLastError();
+}
+
 cudaError_t initCounters(Counters* c, cudaStream_t stream) {
   GC_TRY(cudaMemsetAsync(c, 0, sizeof(Counters), stream));
   return cudaMemsetAsync(&c->firstNonFinite, 0xff, sizeof(unsigned long long), stream);
@@ -414,29 +441,20 @@ cudaError_t exactTopK(const float* x, size_t n, size_t k, SparseOutput out, uint
     GC_TRY(st.allocate(1, stream));
     sampleKeysKernel<<<detail::gridFor(m), kThreads, 0, stream>>>(x, 0, stride, m, keys.get(), &counters.get()->finite);
     GC_TRY(cudaGetLastError());
-    GC_TRY(readCounters());
-    if (host.finite) {
-      const double expected = static_cast<double>(k) / static_cast<double>(n) * static_cast<double>(host.finite);
-      const size_t kS = std::min<size_t>(host.finite, static_cast<size_t>(1.25 * expected) + 8);
-      initStateKernel<<<1, kThreads, 0, stream>>>(st.get(), kS);
-      GC_TRY(cudaGetLastError());
-      for (int pass = 0; pass < 3; ++pass) GC_TRY(selectPass(PlainKeys{keys.get()}, m, pass, st.get(), nullptr, stream));
-      GC_TRY(selectIndices(n, AtOrAboveThreshold{x, st.get()}, list.get(), &counters.get()->count, stream));
-      GC_TRY(cudaMemcpyAsync(&host, counters.get(), sizeof(Counters), cudaMemcpyDeviceToHost, stream));
-      GC_TRY(cudaStreamSynchronize(stream));
-      const size_t candidates = static_cast<size_t>(host.count);
-      if (candidates) {
-        firstNonFiniteListedKernel<<<detail::gridFor(candidates), kThreads, 0, stream>>>(
-            x, list.get(), candidates, &counters.get()->firstNonFinite);
-        GC_TRY(cudaGetLastError());
-        GC_TRY(readCounters());
-      }
-      if (host.firstNonFinite != kNoIndex) {
-        *firstNonFinite = host.firstNonFinite;
-        return cudaSuccess;
-      }
-      if (candidates >= k) return selectFromList(x, list.get(), candidates, k, out, counters.get(), stream);
+    initStateFromSampleKernel<<<1, kThreads, 0, stream>>>(st.get(), counters.get(),
+                                                          static_cast<double>(k) / static_cast<double>(n), true);
+    GC_TRY(cudaGetLastError());
+    for (int pass = 0; pass < 3; ++pass) GC_TRY(selectPass(PlainKeys{keys.get()}, m, pass, st.get(), nullptr, stream));
+    GC_TRY(selectIndices(n, AtOrAboveThreshold{x, st.get()}, list.get(), &counters.get()->count, stream));
+    GC_TRY(scanListForNonFinite(x, list.get(), counters.get(), stream));
+    GC_TRY(readCounters());  // the one wait of this path before the list's own selection
+    if (host.firstNonFinite != kNoIndex) {
+      *firstNonFinite = host.firstNonFinite;
+      return cudaSuccess;
     }
+    const size_t candidates = static_cast<size_t>(host.count);
+    if (host.finite && candidates >= k)
+      return selectFromList(x, list.get(), candidates, k, out, counters.get(), stream);
   }
 
   // 2. The bound admitted fewer than k (or the sample held no finite value): a histogram of the top
@@ -482,37 +500,26 @@ cudaError_t thresholdSelect(const float* x, size_t n, size_t k, size_t minSample
                                                                    &counters.get()->finite);
     GC_TRY(cudaGetLastError());
   }
-  unsigned long long finite = 0;
-  GC_TRY(toHost(&counters.get()->finite, &finite, stream));
-  size_t ks = 0;
-  if (finite) {
-    ks = static_cast<size_t>(fraction * static_cast<double>(finite) + 0.5);
-    ks = std::clamp<size_t>(ks, 1, finite);
-  }
-  initStateKernel<<<1, kThreads, 0, stream>>>(st.get(), ks);  // no finite sample: threshold 0, as the CPU
+  initStateFromSampleKernel<<<1, kThreads, 0, stream>>>(st.get(), counters.get(), fraction, false);
   GC_TRY(cudaGetLastError());
-  if (ks)
+  if (m)
     for (int pass = 0; pass < 3; ++pass) GC_TRY(selectPass(PlainKeys{keys.get()}, m, pass, st.get(), nullptr, stream));
-  // Everything at or above the threshold, in index order.
+  // Everything at or above the threshold, in index order, and the first NaN/Inf among it (any NaN/Inf
+  // is above every finite threshold): one wait for both.
   Scratch<uint64_t> list;
   GC_TRY(list.allocate(n, stream));
   GC_TRY(selectIndices(n, AtOrAboveThreshold{x, st.get()}, list.get(), &counters.get()->count, stream));
-  int64_t got = 0;
-  GC_TRY(toHost(&counters.get()->count, &got, stream));
-  *count = static_cast<uint64_t>(got);
-  if (*count > cap) {
+  GC_TRY(scanListForNonFinite(x, list.get(), counters.get(), stream));
+  Counters host{};
+  GC_TRY(cudaMemcpyAsync(&host, counters.get(), sizeof(Counters), cudaMemcpyDeviceToHost, stream));
+  GC_TRY(cudaStreamSynchronize(stream));
+  *count = static_cast<uint64_t>(host.count);
+  if (*count > cap) {  // checked first, as the CPU does: the exact path reports any NaN/Inf itself
     *overflow = true;
     return cudaSuccess;
   }
-  if (got) {
-    firstNonFiniteListedKernel<<<detail::gridFor(*count), kThreads, 0, stream>>>(x, list.get(), *count,
-                                                                                  &counters.get()->firstNonFinite);
-    GC_TRY(cudaGetLastError());
-  }
-  unsigned long long first = 0;
-  GC_TRY(toHost(&counters.get()->firstNonFinite, &first, stream));
-  if (first != kNoIndex) {
-    *firstNonFinite = first;
+  if (host.firstNonFinite != kNoIndex) {
+    *firstNonFinite = host.firstNonFinite;
     return cudaSuccess;
   }
   return writeEntries(x, list.get(), *count, outputFor(*count), stream);
