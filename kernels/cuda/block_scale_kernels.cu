@@ -73,13 +73,17 @@ __global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_
   }
 }
 
+// Decoders: also one warp per codec block, so the block's scale (and its reciprocal) is looked up once
+// per block rather than through a 64-bit division per element.
 __global__ void decodeInt8Kernel(const int8_t* codes, size_t n, size_t blockSize, const float* scales, float* out,
                                  bool accumulate) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float inv = __fdiv_rn(1.0f, scales[i / blockSize]);
-  const float v = __fmul_rn(static_cast<float>(codes[i]), inv);
-  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;
+  const float inv = __fdiv_rn(1.0f, scales[w.index]);
+  for (size_t i = w.b0 + w.lane; i < w.b0 + w.len; i += 32) {
+    const float v = __fmul_rn(static_cast<float>(codes[i]), inv);
+    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  }
 }
 
 __global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t blockSize, scalar::Fp8Format fmt,
@@ -109,11 +113,13 @@ __global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t
 
 __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
                                 const float* scales, float* out, bool accumulate) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float inv = __fdiv_rn(1.0f, scales[i / blockSize]);
-  const float v = __fmul_rn(scalar::fp8ToFloat(codes[i], fmt), inv);
-  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;
+  const float inv = __fdiv_rn(1.0f, scales[w.index]);
+  for (size_t i = w.b0 + w.lane; i < w.b0 + w.len; i += 32) {
+    const float v = __fmul_rn(scalar::fp8ToFloat(codes[i], fmt), inv);
+    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  }
 }
 
 __global__ void encodeSignKernel(const float* x, const float* e, size_t n, size_t blockSize, uint8_t* bits,
@@ -152,11 +158,13 @@ __global__ void encodeSignKernel(const float* x, const float* e, size_t n, size_
 
 __global__ void decodeSignKernel(const uint8_t* bits, size_t n, size_t blockSize, const float* scales, float* out,
                                  bool accumulate) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float scale = scales[i / blockSize];
-  const float v = (((bits[i >> 3] >> (i & 7)) & 1u) ? scale : -scale) + 0.0f;
-  out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  const WarpBlock w = warpBlock(n, blockSize);
+  if (!w.valid) return;
+  const float scale = scales[w.index];
+  for (size_t i = w.b0 + w.lane; i < w.b0 + w.len; i += 32) {
+    const float v = scalar::twoValued((bits[i >> 3] >> (i & 7)) & 1u, scale, -scale);
+    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  }
 }
 
 // Every finite fp32 bit pattern through both conversions; counts where they differ.
@@ -178,7 +186,6 @@ unsigned blocksOf(size_t n, size_t blockSize) {
   const size_t codecBlocks = (n + blockSize - 1) / blockSize;
   return static_cast<unsigned>((codecBlocks + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
-unsigned elementGrid(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
 
@@ -196,7 +203,7 @@ cudaError_t launchDecodeInt8Blocks(const int8_t* codes, size_t n, size_t blockSi
                                    bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeInt8Kernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
+  decodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
   return cudaGetLastError();
 }
 
@@ -214,7 +221,7 @@ cudaError_t launchDecodeFp8Blocks(const uint8_t* codes, size_t n, size_t blockSi
                                   const float* scales, float* out, bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeFp8Kernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
+  decodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
   return cudaGetLastError();
 }
 
@@ -232,7 +239,7 @@ cudaError_t launchDecodeSignBlocks(const uint8_t* bits, size_t n, size_t blockSi
                                    bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeSignKernel<<<elementGrid(n), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
+  decodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
   return cudaGetLastError();
 }
 

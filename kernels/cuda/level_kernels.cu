@@ -71,14 +71,18 @@ __device__ __forceinline__ float decodeLevel(LevelCodec codec, int bits, uint32_
   }
 }
 
+// Codes and decoding: one warp per codec block too (the block's statistic is read once per block, no
+// 64-bit division per element); lane l takes the block's elements l, l+32, ...
 __global__ void levelCodesKernel(LevelCodec codec, int bits, scalar::RngStream rng, const float* g, const float* e,
                                  size_t n, size_t blockSize, const float* stats, uint8_t* codes, float* residual,
                                  unsigned long long* firstBad) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const size_t block = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const size_t b0 = block * blockSize;
+  if (b0 >= n) return;
+  const size_t end = min(n, b0 + blockSize);
+  for (size_t i = b0 + (threadIdx.x & 31); i < end; i += 32) {
     const float c = scalar::addend(g, e, i);
     if (!scalar::isFiniteBits(scalar::absBits(c))) detail::recordFirst(firstBad, i);
-    const size_t block = i / blockSize;
     uint32_t code;
     switch (codec) {
       case LevelCodec::Qsgd: code = scalar::qsgdCode(c, stats[block], bits, scalar::uniform01(rng.word(i))); break;
@@ -99,11 +103,20 @@ __global__ void packCodesKernel(const uint8_t* codes, size_t n, int bits, size_t
 
 __global__ void decodeLevelsKernel(LevelCodec codec, int bits, const uint8_t* packed, size_t n, size_t blockSize,
                                    const float* stats, float* out, bool accumulate) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float v = decodeLevel(codec, bits, scalar::unpackedCode(packed, i, bits), stats, i / blockSize);
+  const size_t block = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const size_t b0 = block * blockSize;
+  if (b0 >= n) return;
+  const size_t end = min(n, b0 + blockSize);
+  for (size_t i = b0 + (threadIdx.x & 31); i < end; i += 32) {
+    const float v = decodeLevel(codec, bits, scalar::unpackedCode(packed, i, bits), stats, block);
     out[i] = accumulate ? __fadd_rn(out[i], v) : v;
   }
+}
+
+// CUDA blocks for one warp per codec block.
+unsigned warpGrid(size_t n, size_t blockSize) {
+  const size_t codecBlocks = (n + blockSize - 1) / blockSize;
+  return static_cast<unsigned>((codecBlocks + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
 }  // namespace
@@ -124,7 +137,7 @@ cudaError_t launchLevelCodes(LevelCodec codec, int bits, scalar::RngStream rng, 
                              unsigned long long* firstBad, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || bits < 1 || bits > 8) return cudaErrorInvalidValue;
-  levelCodesKernel<<<detail::gridFor(n), kThreads, 0, stream>>>(codec, bits, rng, g, e, n, blockSize, stats, codes,
+  levelCodesKernel<<<warpGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, rng, g, e, n, blockSize, stats, codes,
                                                                  residual, firstBad);
   return cudaGetLastError();
 }
@@ -141,7 +154,7 @@ cudaError_t launchDecodeLevels(LevelCodec codec, int bits, const uint8_t* packed
                                const float* stats, float* out, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || bits < 1 || bits > 8) return cudaErrorInvalidValue;
-  decodeLevelsKernel<<<detail::gridFor(n), kThreads, 0, stream>>>(codec, bits, packed, n, blockSize, stats, out,
+  decodeLevelsKernel<<<warpGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, packed, n, blockSize, stats, out,
                                                                    accumulate);
   return cudaGetLastError();
 }
