@@ -181,11 +181,6 @@ __global__ void fp8IntrinsicMismatchKernel(scalar::Fp8Format fmt, unsigned long 
   if ((threadIdx.x & 31) == 0 && count) atomicAdd(mismatches, static_cast<unsigned long long>(count));
 }
 
-// A warp per codec block, eight per CUDA block.
-unsigned blocksOf(size_t n, size_t blockSize) {
-  const size_t codecBlocks = (n + blockSize - 1) / blockSize;
-  return static_cast<unsigned>((codecBlocks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
 
 }  // namespace
 
@@ -194,7 +189,7 @@ cudaError_t launchEncodeInt8Blocks(const float* x, const float* e, size_t n, siz
                                    unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, stochastic, rng, first,
+  encodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, stochastic, rng, first,
                                                                          codes, scales, residual, firstBad);
   return cudaGetLastError();
 }
@@ -203,7 +198,7 @@ cudaError_t launchDecodeInt8Blocks(const int8_t* codes, size_t n, size_t blockSi
                                    bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeInt8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
+  decodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
   return cudaGetLastError();
 }
 
@@ -212,7 +207,7 @@ cudaError_t launchEncodeFp8Blocks(const float* x, const float* e, size_t n, size
                                   unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, fmt, codes, scales,
+  encodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, fmt, codes, scales,
                                                                         saturated, residual, firstBad);
   return cudaGetLastError();
 }
@@ -221,7 +216,7 @@ cudaError_t launchDecodeFp8Blocks(const uint8_t* codes, size_t n, size_t blockSi
                                   const float* scales, float* out, bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeFp8Kernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
+  decodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
   return cudaGetLastError();
 }
 
@@ -230,7 +225,7 @@ cudaError_t launchEncodeSignBlocks(const float* x, const float* e, size_t n, siz
                                    cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || blockSize % 32 != 0) return cudaErrorInvalidValue;
-  encodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, bits, scales, residual,
+  encodeSignKernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, bits, scales, residual,
                                                                          firstBad);
   return cudaGetLastError();
 }
@@ -239,7 +234,7 @@ cudaError_t launchDecodeSignBlocks(const uint8_t* bits, size_t n, size_t blockSi
                                    bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeSignKernel<<<blocksOf(n, blockSize), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
+  decodeSignKernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(bits, n, blockSize, scales, out, accumulate);
   return cudaGetLastError();
 }
 

@@ -19,6 +19,14 @@ inline unsigned gridFor(size_t items, int threads = kThreads) {
   return static_cast<unsigned>(blocks < (size_t{1} << 20) ? (blocks ? blocks : 1) : (size_t{1} << 20));
 }
 
+// CUDA blocks of kThreads for one warp per codec block. 0 when that exceeds the hardware's grid
+// limit: the launch then fails with cudaErrorInvalidConfiguration instead of silently truncating.
+inline unsigned warpPerBlockGrid(size_t n, size_t blockSize) {
+  constexpr size_t kWarps = kThreads / 32;
+  const size_t grid = ((n + blockSize - 1) / blockSize + kWarps - 1) / kWarps;
+  return grid <= 0x7fffffffu ? static_cast<unsigned>(grid) : 0u;
+}
+
 // Records the smallest index at which something went wrong (a non-finite input, an invalid code):
 // atomicMin over all threads gives the first one in index order, which is what the CPU reports.
 __device__ __forceinline__ void recordFirst(unsigned long long* first, uint64_t index) {

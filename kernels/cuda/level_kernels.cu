@@ -113,11 +113,6 @@ __global__ void decodeLevelsKernel(LevelCodec codec, int bits, const uint8_t* pa
   }
 }
 
-// CUDA blocks for one warp per codec block.
-unsigned warpGrid(size_t n, size_t blockSize) {
-  const size_t codecBlocks = (n + blockSize - 1) / blockSize;
-  return static_cast<unsigned>((codecBlocks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
 
 }  // namespace
 
@@ -137,7 +132,7 @@ cudaError_t launchLevelCodes(LevelCodec codec, int bits, scalar::RngStream rng, 
                              unsigned long long* firstBad, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || bits < 1 || bits > 8) return cudaErrorInvalidValue;
-  levelCodesKernel<<<warpGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, rng, g, e, n, blockSize, stats, codes,
+  levelCodesKernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, rng, g, e, n, blockSize, stats, codes,
                                                                  residual, firstBad);
   return cudaGetLastError();
 }
@@ -154,7 +149,7 @@ cudaError_t launchDecodeLevels(LevelCodec codec, int bits, const uint8_t* packed
                                const float* stats, float* out, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0 || bits < 1 || bits > 8) return cudaErrorInvalidValue;
-  decodeLevelsKernel<<<warpGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, packed, n, blockSize, stats, out,
+  decodeLevelsKernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, stream>>>(codec, bits, packed, n, blockSize, stats, out,
                                                                    accumulate);
   return cudaGetLastError();
 }
