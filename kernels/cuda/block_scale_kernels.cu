@@ -13,7 +13,6 @@ namespace gradcomp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
 
 __device__ float blockScaleDevice(float amax, float maxCode) {
   if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
