@@ -253,13 +253,8 @@ EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<c
                                         std::span<float> residualOut, std::span<std::byte> wire,
                                         const EncodeContext& ctx, const ExecContext& exec) const {
   const WireHeader h = headerFor(grad.size());
-  cudapath::EncodeBuffers io;
-  io.grad = grad.data();
-  io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
-  io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
-  io.n = grad.size();
-  io.wire = wire.data();
-  return cudapath::encodeBlock(h, sections(h), io, ctx, exec);
+  return cudapath::encodeBlock(h, sections(h), cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire), ctx,
+                               exec);
 }
 
 void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,

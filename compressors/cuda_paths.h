@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "compressors/block_codec.h"
@@ -74,6 +75,18 @@ struct EncodeBuffers {
   float* residualOut = nullptr;
   size_t n = 0;
   std::byte* wire = nullptr;
+
+  // From encodeOnDevice's arguments (an empty residualIn: a plain encode).
+  static EncodeBuffers of(std::span<const float> grad, std::span<const float> residualIn,
+                          std::span<float> residualOut, std::span<std::byte> wire) {
+    EncodeBuffers io;
+    io.grad = grad.data();
+    io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
+    io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
+    io.n = grad.size();
+    io.wire = wire.data();
+    return io;
+  }
 };
 
 // ---- block codecs (none, fp16, bf16, fp8, int8, qsgd, terngrad, sign, onebit): the layout and

@@ -66,13 +66,8 @@ class IndexValueCodec : public Compressor {
                               const ExecContext& exec) const override {
     cudapath::SparsePlan plan = devicePlan(grad.size(), ctx);
     plan.fp16Values = fp16Values_;
-    cudapath::EncodeBuffers io;
-    io.grad = grad.data();
-    io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
-    io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
-    io.n = grad.size();
-    io.wire = wire.data();
-    return cudapath::encodeIndexValue(id(), plan, io, exec);
+    return cudapath::encodeIndexValue(id(), plan, cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire),
+                                      exec);
   }
 
   void decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,

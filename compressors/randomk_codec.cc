@@ -21,6 +21,33 @@ constexpr uint32_t kFp16Values = 1;
 constexpr uint32_t kUnbiased = 2;
 constexpr uint64_t kKeyBytes = 16;
 
+// The payload's first 16 bytes: the permutation key every rank shares.
+struct RandomKKey {
+  uint64_t seed = 0;
+  uint32_t step = 0, tensor = 0;
+  static RandomKKey read(const std::byte* p) {
+    RandomKKey k;
+    std::memcpy(&k.seed, p, 8);
+    std::memcpy(&k.step, p + 8, 4);
+    std::memcpy(&k.tensor, p + 12, 4);
+    return k;
+  }
+  void write(std::byte* p) const {
+    std::memcpy(p, &seed, 8);
+    std::memcpy(p + 8, &step, 4);
+    std::memcpy(p + 12, &tensor, 4);
+  }
+};
+
+// Throws DecodeError naming the first non-finite value (fp32 or fp16 bits).
+void checkRandomKValues(const std::byte* values, uint64_t count, bool fp16, const char* codec) {
+  const auto* v32 = reinterpret_cast<const float*>(values);
+  const auto* v16 = reinterpret_cast<const uint16_t*>(values);
+  for (uint64_t j = 0; j < count; ++j)
+    GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, codec, ": value ", j,
+                   " is not finite");
+}
+
 struct RandomKLayout {
   uint64_t valueOffset, total;
 };
@@ -87,47 +114,30 @@ class RandomKCodec final : public Compressor {
     plan.header.numElements = n;
     plan.header.count = k;
     plan.header.payloadBytes = l.total;
-    std::memcpy(plan.key, &ctx.seed, 8);
-    std::memcpy(plan.key + 8, &ctx.step, 4);
-    std::memcpy(plan.key + 12, &ctx.tensorId, 4);
+    RandomKKey{ctx.seed, ctx.step, ctx.tensorId}.write(plan.key);
     plan.valueOffset = l.valueOffset;
     plan.fp16Values = (flags_ & kFp16Values) != 0;
     plan.scale = valueScale(n, k, flags_);
     plan.seed = ctx.seed;
     plan.step = ctx.step;
     plan.tensor = ctx.tensorId;
-    cudapath::EncodeBuffers io;
-    io.grad = grad.data();
-    io.residualIn = residualIn.empty() ? nullptr : residualIn.data();
-    io.residualOut = residualIn.empty() ? nullptr : residualOut.data();
-    io.n = n;
-    io.wire = wire.data();
-    return cudapath::encodeRandomK(plan, io, exec);
+    return cudapath::encodeRandomK(plan, cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire), exec);
   }
 
   void decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                       const ExecContext& exec) const override {
     const RandomKLayout l = randomKLayout(h.count, h.flags);
-    std::byte key[kKeyBytes];
-    cudapath::copyToHost(key, payload, kKeyBytes, exec);
-    uint64_t seed;
-    uint32_t step, tensor;
-    std::memcpy(&seed, key, 8);
-    std::memcpy(&step, key + 8, 4);
-    std::memcpy(&tensor, key + 12, 4);
+    std::byte keyBytes[kKeyBytes];
+    cudapath::copyToHost(keyBytes, payload, kKeyBytes, exec);
+    const RandomKKey key = RandomKKey::read(keyBytes);
     const bool fp16 = h.flags & kFp16Values;
     if (cudapath::randomKValuesHaveInvalid(h, payload + l.valueOffset, fp16, exec)) {
-      // The CPU decoder's message: the index of the first non-finite value.
       const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
-      const auto* v32 = reinterpret_cast<const float*>(host.get() + l.valueOffset);
-      const auto* v16 = reinterpret_cast<const uint16_t*>(host.get() + l.valueOffset);
-      for (uint64_t j = 0; j < h.count; ++j)
-        GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, name(), ": value ",
-                       j, " is not finite");
+      checkRandomKValues(host.get() + l.valueOffset, h.count, fp16, name());  // the CPU decoder's message
       GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed");
     }
-    cudapath::decodeRandomK(h, payload + l.valueOffset, fp16, valueScale(h.numElements, h.count, h.flags), seed, step,
-                            tensor, out.data(), mode == DecodeMode::Accumulate, exec);
+    cudapath::decodeRandomK(h, payload + l.valueOffset, fp16, valueScale(h.numElements, h.count, h.flags), key.seed,
+                            key.step, key.tensor, out.data(), mode == DecodeMode::Accumulate, exec);
   }
 
   void checkHeader(const WireHeader& h) const override {
@@ -144,19 +154,13 @@ class RandomKCodec final : public Compressor {
   void decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                   const ExecContext&) const override {
     const RandomKLayout l = randomKLayout(h.count, h.flags);
-    uint64_t seed;
-    uint32_t step, tensor;
-    std::memcpy(&seed, payload, 8);
-    std::memcpy(&step, payload + 8, 4);
-    std::memcpy(&tensor, payload + 12, 4);
+    const RandomKKey key = RandomKKey::read(payload);
     const bool fp16 = h.flags & kFp16Values;
     const auto* v32 = reinterpret_cast<const float*>(payload + l.valueOffset);
     const auto* v16 = reinterpret_cast<const uint16_t*>(payload + l.valueOffset);
-    for (uint64_t j = 0; j < h.count; ++j)
-      GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, name(), ": value ", j,
-                     " is not finite");
+    checkRandomKValues(payload + l.valueOffset, h.count, fp16, name());
     const float scale = valueScale(h.numElements, h.count, h.flags);
-    const auto perm = scalar::FeistelPermutation::make(h.numElements, seed, step, tensor);
+    const auto perm = scalar::FeistelPermutation::make(h.numElements, key.seed, key.step, key.tensor);
     if (mode == DecodeMode::Overwrite) std::fill(out.begin(), out.end(), 0.0f);
     // The writes land at random places in `out`: compute the coordinates first, then scatter with
     // the target 32 entries ahead prefetched, so many cache misses are in flight at once.
@@ -195,9 +199,7 @@ class RandomKCodec final : public Compressor {
     writeHeader(h, wire);
     std::byte* payload = wire.data() + kWireHeaderBytes;
     std::memset(payload, 0, l.total);
-    std::memcpy(payload, &ctx.seed, 8);
-    std::memcpy(payload + 8, &ctx.step, 4);
-    std::memcpy(payload + 12, &ctx.tensorId, 4);
+    RandomKKey{ctx.seed, ctx.step, ctx.tensorId}.write(payload);
     const auto perm = scalar::FeistelPermutation::make(n, ctx.seed, ctx.step, ctx.tensorId);
     idx.resize(k);
     auto* v32 = reinterpret_cast<float*>(payload + l.valueOffset);

@@ -17,40 +17,12 @@
 
 #include "compressors/registry.h"
 #include "core/error.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace gradcomp {
 namespace {
 
-// Device memory holding `count` T, `offset` elements past a 256-byte aligned allocation.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t count, size_t offset = 0) : n_(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&base_), (count + offset + 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(base_, 0x5a, (count + offset + 1) * sizeof(T)), cudaSuccess);  // not zero: catches
-    ptr_ = base_ + offset;                                                                // unwritten padding
-  }
-  DeviceArray(const std::vector<T>& host, size_t offset) : DeviceArray(host.size(), offset) { put(host); }
-  ~DeviceArray() { cudaFree(base_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  void put(const std::vector<T>& host) {
-    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> get(size_t count) const {
-    std::vector<T> h(count);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  std::vector<T> get() const { return get(n_); }
-  T* data() const { return ptr_; }
-  std::span<T> span() const { return {ptr_, n_}; }
-
- private:
-  T* base_ = nullptr;
-  T* ptr_ = nullptr;
-  size_t n_;
-};
+using testing::DeviceArray;
 
 // A host wire buffer, 16-byte aligned, pre-filled with junk so unwritten bytes show up.
 struct HostWire {

@@ -16,31 +16,13 @@
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/sign_kernels.h"
 #include "kernels/cuda/block_scale_kernels.cuh"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace gradcomp {
 namespace {
 
-// A device copy of a host vector, `offset` elements past an aligned allocation (misaligned pointers).
 template <typename T>
-struct DeviceVector {
-  T* base = nullptr;
-  T* ptr = nullptr;
-  size_t n = 0;
-  DeviceVector(size_t count, size_t offset = 0) : n(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&base), (count + offset + 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(base, 0, (count + offset + 1) * sizeof(T)), cudaSuccess);
-    ptr = base + offset;
-  }
-  DeviceVector(const std::vector<T>& host, size_t offset) : DeviceVector(host.size(), offset) {
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(base); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using DeviceVector = testing::DeviceArray<T>;
 
 std::vector<float> testInput(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -95,9 +77,9 @@ TEST(KernelParity, Int8NearestAndStochasticWithResidualAndDecodeAccumulate) {
           }
           DeviceVector<float> dx(x, offset), dScales(blocks), dResidual(n, offset), dOut(std::vector<float>(n, 0.5f), offset);
           DeviceVector<int8_t> dCodes(n, offset);
-          ASSERT_EQ(cuda::launchEncodeInt8Blocks(dx.ptr, nullptr, n, block, stochastic, rng, 0, dCodes.ptr, dScales.ptr,
-                                                 dResidual.ptr, nullptr, nullptr), cudaSuccess);
-          ASSERT_EQ(cuda::launchDecodeInt8Blocks(dCodes.ptr, n, block, dScales.ptr, dOut.ptr, true, nullptr), cudaSuccess);
+          ASSERT_EQ(cuda::launchEncodeInt8Blocks(dx.data(), nullptr, n, block, stochastic, rng, 0, dCodes.data(), dScales.data(),
+                                                 dResidual.data(), nullptr, nullptr), cudaSuccess);
+          ASSERT_EQ(cuda::launchDecodeInt8Blocks(dCodes.data(), n, block, dScales.data(), dOut.data(), true, nullptr), cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           EXPECT_TRUE(sameBytes(dCodes.get(), codes));
           EXPECT_TRUE(sameBytes(dScales.get(), scales));
@@ -126,10 +108,10 @@ TEST(KernelParity, Fp8BothFormatsWithSaturationCountResidualAndDecode) {
           DeviceVector<float> dx(x, offset), dScales(blocks), dResidual(n, offset),
               dOut(std::vector<float>(n, -1.25f), offset);
           DeviceVector<uint8_t> dCodes(n, offset);
-          DeviceVector<unsigned long long> dSaturated(1);
-          ASSERT_EQ(cuda::launchEncodeFp8Blocks(dx.ptr, nullptr, n, block, fmt, dCodes.ptr, dScales.ptr, dSaturated.ptr,
-                                                dResidual.ptr, nullptr, nullptr), cudaSuccess);
-          ASSERT_EQ(cuda::launchDecodeFp8Blocks(dCodes.ptr, n, block, fmt, dScales.ptr, dOut.ptr, true, nullptr),
+          DeviceVector<unsigned long long> dSaturated(std::vector<unsigned long long>{0}, 0);
+          ASSERT_EQ(cuda::launchEncodeFp8Blocks(dx.data(), nullptr, n, block, fmt, dCodes.data(), dScales.data(), dSaturated.data(),
+                                                dResidual.data(), nullptr, nullptr), cudaSuccess);
+          ASSERT_EQ(cuda::launchDecodeFp8Blocks(dCodes.data(), n, block, fmt, dScales.data(), dOut.data(), true, nullptr),
                     cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           EXPECT_TRUE(sameBytes(dCodes.get(), codes));
@@ -160,9 +142,9 @@ TEST(KernelParity, SignBitsScalesResidualAndDecode) {
         }
         DeviceVector<float> dx(x, offset), dScales(blocks), dResidual(n, offset), dOut(std::vector<float>(n, 2.0f), offset);
         DeviceVector<uint8_t> dBits(bytes, offset);
-        ASSERT_EQ(cuda::launchEncodeSignBlocks(dx.ptr, nullptr, n, block, dBits.ptr, dScales.ptr, dResidual.ptr, nullptr,
+        ASSERT_EQ(cuda::launchEncodeSignBlocks(dx.data(), nullptr, n, block, dBits.data(), dScales.data(), dResidual.data(), nullptr,
                                                nullptr), cudaSuccess);
-        ASSERT_EQ(cuda::launchDecodeSignBlocks(dBits.ptr, n, block, dScales.ptr, dOut.ptr, true, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::launchDecodeSignBlocks(dBits.data(), n, block, dScales.data(), dOut.data(), true, nullptr), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_TRUE(sameBytes(dBits.get(), bits));
         EXPECT_TRUE(sameBytes(dScales.get(), scales));
@@ -175,11 +157,11 @@ TEST(KernelParity, BadBlockSizesAreRefusedNotRun) {
   DeviceVector<float> x(64);
   DeviceVector<uint8_t> bits(8);
   DeviceVector<float> scales(4);
-  EXPECT_EQ(cuda::launchEncodeSignBlocks(x.ptr, nullptr, 64, 48, bits.ptr, scales.ptr, nullptr, nullptr, nullptr),
+  EXPECT_EQ(cuda::launchEncodeSignBlocks(x.data(), nullptr, 64, 48, bits.data(), scales.data(), nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::launchEncodeInt8Blocks(x.ptr, nullptr, 64, 0, false, {}, 0, nullptr, scales.ptr, nullptr, nullptr,
+  EXPECT_EQ(cuda::launchEncodeInt8Blocks(x.data(), nullptr, 64, 0, false, {}, 0, nullptr, scales.data(), nullptr, nullptr,
                                          nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::launchEncodeFp8Blocks(x.ptr, nullptr, 0, 0, scalar::Fp8Format::E4M3, nullptr, nullptr, nullptr,
+  EXPECT_EQ(cuda::launchEncodeFp8Blocks(x.data(), nullptr, 0, 0, scalar::Fp8Format::E4M3, nullptr, nullptr, nullptr,
                                         nullptr, nullptr, nullptr), cudaSuccess);  // n = 0: nothing to do
 }
 
