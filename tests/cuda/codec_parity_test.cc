@@ -34,20 +34,7 @@ struct HostWire {
   }
 };
 
-std::vector<float> testInput(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = normal(rng);
-    if (i % 97 == 5) x[i] = 0.0f;
-    if (i % 101 == 7) x[i] = -0.0f;
-    if (i % 1009 == 11) x[i] *= 1e6f;   // fp16 saturation, tiny block scales
-    if (i % 1013 == 13) x[i] = 1e-40f;  // subnormal input
-    if (i % 211 == 17) x[i] = x[i - 1];  // ties for the selections
-  }
-  return x;
-}
+std::vector<float> testInput(size_t n, uint64_t seed) { return testing::parityInput(n, seed, 1e6f); }
 
 std::vector<size_t> sizes() {
   const char* cap = std::getenv("GRADCOMP_PARITY_MAX_N");

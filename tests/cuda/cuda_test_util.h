@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <random>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,24 @@ namespace gradcomp::testing {
 inline int deviceCount() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// Normal(0, 1) input with the cases that break kernels: zeros at both signs (sign's parity rule),
+// outliers times `outlierScale` (saturation, tiny block scales), subnormals, and repeated values
+// (ties for the selections).
+inline std::vector<float> parityInput(size_t n, uint64_t seed, float outlierScale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = normal(rng);
+    if (i % 97 == 5) x[i] = 0.0f;
+    if (i % 101 == 7) x[i] = -0.0f;
+    if (i % 1009 == 11) x[i] *= outlierScale;
+    if (i % 1013 == 13) x[i] = 1e-40f;
+    if (i % 211 == 17) x[i] = x[i - 1];
+  }
+  return x;
 }
 
 // Device memory holding `count` T, `offset` elements past a 256-byte aligned allocation (misaligned

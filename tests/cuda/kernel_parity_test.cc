@@ -24,19 +24,7 @@ namespace {
 template <typename T>
 using DeviceVector = testing::DeviceArray<T>;
 
-std::vector<float> testInput(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = normal(rng);
-    if (i % 97 == 5) x[i] = 0.0f;            // zeros (sign's parity rule)
-    if (i % 101 == 7) x[i] = -0.0f;
-    if (i % 1009 == 11) x[i] *= 1e30f;        // extremes: tiny scales
-    if (i % 1013 == 13) x[i] = 1e-40f;        // subnormal input
-  }
-  return x;
-}
+std::vector<float> testInput(size_t n, uint64_t seed) { return testing::parityInput(n, seed, 1e30f); }
 
 template <typename T>
 bool sameBytes(const std::vector<T>& a, const std::vector<T>& b) {
