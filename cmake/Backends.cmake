@@ -29,6 +29,16 @@ if(GRADCOMP_HAVE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual)
   endif()
   enable_language(CUDA)
+  # One CUDA runtime per process, shared by default. scripts/gpu-prebuild links it statically so that
+  # binaries built here run on a GPU machine whatever CUDA runtime it has.
+  option(GRADCOMP_CUDA_STATIC_RUNTIME "Link the CUDA runtime statically" OFF)
+  if(GRADCOMP_CUDA_STATIC_RUNTIME)
+    set(GRADCOMP_CUDART CUDA::cudart_static)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+  else()
+    set(GRADCOMP_CUDART CUDA::cudart)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  endif()
   set(CMAKE_CUDA_STANDARD 17)  # the CUDA sources need C++17; CMake 3.25 has no CUDA20 dialect for nvcc
   find_package(CUDAToolkit REQUIRED)
 endif()
