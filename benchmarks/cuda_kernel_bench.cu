@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/cuda_codec_api_timing.h"
 #include "kernels/cuda/block_scale_kernels.cuh"
 #include "kernels/cuda/cast_kernels.cuh"
 #include "kernels/cuda/level_kernels.cuh"
@@ -260,6 +261,12 @@ int main(int argc, char** argv) {
                      ms / readMs, ms / sortMs);
     }
     std::printf("%-34s %11zu %9.3f\n", "cub::DeviceRadixSort |x| bits", n, sortMs);
+    // Whole codec calls (kernels + header, counters and the stream wait): the per-call overhead a
+    // trainer pays on top of the kernel time above.
+    for (const auto& t : gradcomp::bench::timeCodecApi(x, n, reps)) {
+      std::printf("%-34s %11zu %9.3f %8s %7s %7.2f\n", t.name.c_str(), n, t.ms, "", "", t.ms / readMs);
+      if (csv) std::fprintf(csv, "%s,%s,%zu,%.4f,,,%.3f,\n", prop.name, t.name.c_str(), n, t.ms, t.ms / readMs);
+    }
     if (csv) std::fprintf(csv, "%s,cub radix sort of |x| bits,%zu,%.4f,,,%.3f,1\n", prop.name, n, sortMs, sortMs / readMs);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(narrow), static_cast<void*>(y),
                     static_cast<void*>(residual), codes, static_cast<void*>(codeBytes), wire,
