@@ -16,6 +16,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/sparse_kernels.cuh"
 #include "kernels/scalar/float_formats.h"
+#include "kernels/scalar/radix_digits.h"
 
 namespace gradcomp::cuda {
 namespace {
@@ -49,14 +50,12 @@ class Scratch {
   cudaStream_t stream_ = nullptr;
 };
 
-constexpr int kBins = 2048;
+constexpr int kBins = scalar::kRadixBins;
 constexpr int kChooseThreads = kBins / 2;
 // Histograms use a fixed grid (about 8 resident blocks per SM on a 132-SM part): each block merges its
 // shared-memory bins into the global ones once, so fewer, longer-lived blocks mean fewer global atomics.
 constexpr unsigned kHistogramBlocks = 1024;
 
-__host__ __device__ constexpr int digitShift(int pass) { return pass == 0 ? 20 : (pass == 1 ? 9 : 0); }
-__host__ __device__ constexpr int digitBits(int pass) { return pass == 2 ? 9 : 11; }
 
 struct SelectState {
   uint32_t prefix;
@@ -95,14 +94,12 @@ __global__ void histogramKernel(Keys key, size_t m, int pass, SelectState* st, u
   __shared__ unsigned int bins[kBins];
   for (int b = threadIdx.x; b < kBins; b += blockDim.x) bins[b] = 0;
   __syncthreads();
-  const int shift = digitShift(pass), high = shift + digitBits(pass);
-  const uint32_t digitMask = (1u << digitBits(pass)) - 1u;
-  const uint32_t want = st->prefix >> high;  // pass 0: high = 31, always 0 = 0
+  const uint32_t prefix = st->prefix;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m; i += stride) {
     const uint32_t k = key(i);
     if (firstNonFinite && !scalar::isFiniteBits(k)) detail::recordFirst(firstNonFinite, i);
-    if ((k >> high) == want) atomicAdd(&bins[(k >> shift) & digitMask], 1u);
+    if (scalar::radixMatches(k, prefix, pass)) atomicAdd(&bins[scalar::radixDigit(k, pass)], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBins; b += blockDim.x)
@@ -124,12 +121,12 @@ __global__ void chooseKernel(int pass, SelectState* st) {
   const unsigned long long before = inclusive - a0 - a1;
   __syncthreads();  // every thread has read kRemaining before one writes it
   bool found = false;
-  if (before < k && k <= before + a0) {
-    st->prefix |= static_cast<uint32_t>(d0) << digitShift(pass);
+  if (scalar::radixDigitHoldsK(before, a0, k)) {
+    st->prefix |= static_cast<uint32_t>(d0) << scalar::radixShift(pass);
     st->kRemaining = k - before;
     found = true;
-  } else if (before + a0 < k && k <= before + a0 + a1) {
-    st->prefix |= static_cast<uint32_t>(d1) << digitShift(pass);
+  } else if (scalar::radixDigitHoldsK(before + a0, a1, k)) {
+    st->prefix |= static_cast<uint32_t>(d1) << scalar::radixShift(pass);
     st->kRemaining = k - before - a0;
     found = true;
   }
@@ -162,7 +159,9 @@ cudaError_t selectIndices(size_t n, Pred pred, uint64_t* out, int64_t* count, cu
 struct AtOrAboveTopBucket {  // key's top digit >= the chosen one
   const float* x;
   const SelectState* st;
-  __device__ bool operator()(uint64_t i) const { return (scalar::absBits(x[i]) >> 20) >= (st->prefix >> 20); }
+  __device__ bool operator()(uint64_t i) const {
+    return scalar::radixDigit(scalar::absBits(x[i]), 0) >= scalar::radixDigit(st->prefix, 0);
+  }
 };
 struct AtOrAboveThreshold {  // key >= the threshold key (NaN/Inf always are)
   const float* x;
