@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include <cfloat>
+#include <initializer_list>
 
 #include "kernels/cuda/block_scale_kernels.cuh"
 #include "kernels/cuda/device_util.cuh"
@@ -43,82 +44,155 @@ __device__ __forceinline__ WarpBlock warpBlock(size_t n, size_t blockSize) {
   return w;
 }
 
+// Walks a warp's block in runs: with `vec` (every pointer 16-byte aligned, codes 4-byte aligned, the
+// block size a multiple of 4, so each block starts aligned too), lane l takes elements 4l..4l+3 of
+// each 128-element chunk as one 16-byte load and store; the block's last len % 4 elements, and every
+// element without `vec`, go one at a time. fn(i, count) with count 4 or 1. The per-element math is
+// the same either way, so alignment never changes a byte.
+template <typename Fn>
+__device__ __forceinline__ void forWarpRuns(const WarpBlock& w, bool vec, Fn&& fn) {
+  size_t k0 = 0;
+  if (vec) {
+    k0 = w.len & ~size_t{3};
+    for (size_t k = 4 * size_t{w.lane}; k < k0; k += 128) fn(w.b0 + k, 4);
+  }
+  for (size_t k = k0 + w.lane; k < w.len; k += 32) fn(w.b0 + k, 1);
+}
+
+// c[j] = x[i + j] (+ e[i + j]) for j < count (a 16-byte load when count is 4).
+__device__ __forceinline__ void loadRun(const float* x, const float* e, size_t i, int count, float (&c)[4]) {
+  if (count == 4) {
+    float4 a = *reinterpret_cast<const float4*>(x + i);
+    if (e) {
+      const float4 b = *reinterpret_cast<const float4*>(e + i);
+      a = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+    }
+    c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
+  } else {
+    c[0] = addend(x, e, i);
+  }
+}
+
+// Stores a run of byte codes and, optionally, residuals (one 4-byte and one 16-byte store for 4).
+__device__ __forceinline__ void storeRun(uint8_t* codes, float* residual, size_t i, int count, const uint8_t (&q)[4],
+                                         const float (&r)[4]) {
+  if (count == 4) {
+    *reinterpret_cast<uint32_t*>(codes + i) = q[0] | (q[1] << 8) | (q[2] << 16) | (uint32_t{q[3]} << 24);
+    if (residual) *reinterpret_cast<float4*>(residual + i) = make_float4(r[0], r[1], r[2], r[3]);
+  } else {
+    codes[i] = q[0];
+    if (residual) residual[i] = r[0];
+  }
+}
+
 // Max of |c| bits over the block (an order-free integer max, so exact), in every lane. A NaN/Inf makes
 // it >= 0x7f800000; the quantizing loop then records where.
-__device__ __forceinline__ float warpAmax(const float* g, const float* e, const WarpBlock& w) {
+__device__ __forceinline__ float warpAmax(const float* g, const float* e, const WarpBlock& w, bool vec) {
   uint32_t m = 0;
-  for (size_t i = w.lane; i < w.len; i += 32) m = max(m, scalar::absBits(addend(g, e, w.b0 + i)));
+  forWarpRuns(w, vec, [&](size_t i, int count) {
+    float c[4];
+    loadRun(g, e, i, count, c);
+    for (int j = 0; j < count; ++j) m = max(m, scalar::absBits(c[j]));
+  });
   return scalar::bitsToFloat(__reduce_max_sync(0xffffffffu, m));
 }
 
 __global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
                                  scalar::RngStream rng, uint64_t first, int8_t* codes, float* scales, float* residual,
-                                 unsigned long long* firstBad) {
+                                 unsigned long long* firstBad, bool vec) {
   const WarpBlock w = warpBlock(n, blockSize);
   if (!w.valid) return;  // whole warps leave together
-  const float scale = blockScaleDevice(warpAmax(x, e, w), 127.0f);
+  const float scale = blockScaleDevice(warpAmax(x, e, w, vec), 127.0f);
   if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
-  for (size_t k = w.lane; k < w.len; k += 32) {
-    const size_t i = w.b0 + k;
-    const float v = addend(x, e, i);
-    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i);
-    const float scaled = __fmul_rn(v, scale);
-    float q = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + i)))) : rintf(scaled);
-    q = fminf(fmaxf(q, -127.0f), 127.0f);
-    const int8_t c = static_cast<int8_t>(q);
-    codes[i] = c;
-    if (residual) residual[i] = __fsub_rn(v, __fmul_rn(static_cast<float>(c), inv));
-  }
+  forWarpRuns(w, vec, [&](size_t i, int count) {
+    float c[4], r[4];
+    uint8_t q[4];
+    loadRun(x, e, i, count, c);
+    for (int j = 0; j < count; ++j) {
+      const float v = c[j];
+      if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i + j);
+      const float scaled = __fmul_rn(v, scale);
+      float level = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + i + j)))) : rintf(scaled);
+      level = fminf(fmaxf(level, -127.0f), 127.0f);
+      const int8_t code = static_cast<int8_t>(level);
+      q[j] = static_cast<uint8_t>(code);
+      r[j] = __fsub_rn(v, __fmul_rn(static_cast<float>(code), inv));
+    }
+    storeRun(reinterpret_cast<uint8_t*>(codes), residual, i, count, q, r);
+  });
 }
 
 // Decoders: also one warp per codec block, so the block's scale (and its reciprocal) is looked up once
-// per block rather than through a 64-bit division per element.
+// per block rather than through a 64-bit division per element. With `vec`, 4 codes and 4 outputs per
+// lane move as one 4-byte and one 16-byte access.
+template <typename DecodeOne>
+__device__ __forceinline__ void decodeRuns(const uint8_t* codes, float* out, bool accumulate, const WarpBlock& w,
+                                           bool vec, DecodeOne&& decodeOne) {
+  forWarpRuns(w, vec, [&](size_t i, int count) {
+    if (count == 4) {
+      const uint32_t q = *reinterpret_cast<const uint32_t*>(codes + i);
+      float4 v = make_float4(decodeOne(q & 0xffu), decodeOne((q >> 8) & 0xffu), decodeOne((q >> 16) & 0xffu),
+                             decodeOne(q >> 24));
+      if (accumulate) {
+        const float4 o = *reinterpret_cast<const float4*>(out + i);
+        v = make_float4(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y), __fadd_rn(o.z, v.z), __fadd_rn(o.w, v.w));
+      }
+      *reinterpret_cast<float4*>(out + i) = v;
+    } else {
+      const float v = decodeOne(codes[i]);
+      out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+    }
+  });
+}
+
 __global__ void decodeInt8Kernel(const int8_t* codes, size_t n, size_t blockSize, const float* scales, float* out,
-                                 bool accumulate) {
+                                 bool accumulate, bool vec) {
   const WarpBlock w = warpBlock(n, blockSize);
   if (!w.valid) return;
   const float inv = __fdiv_rn(1.0f, scales[w.index]);
-  for (size_t i = w.b0 + w.lane; i < w.b0 + w.len; i += 32) {
-    const float v = __fmul_rn(static_cast<float>(codes[i]), inv);
-    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
-  }
+  decodeRuns(reinterpret_cast<const uint8_t*>(codes), out, accumulate, w, vec, [inv](uint32_t q) {
+    return __fmul_rn(static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(q))), inv);
+  });
 }
 
 __global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t blockSize, scalar::Fp8Format fmt,
                                 uint8_t* codes, float* scales, unsigned long long* saturated, float* residual,
-                                unsigned long long* firstBad) {
+                                unsigned long long* firstBad, bool vec) {
   const WarpBlock w = warpBlock(n, blockSize);
   if (!w.valid) return;
   const scalar::Fp8Spec s = scalar::fp8Spec(fmt);
   const uint32_t overflowBits = scalar::floatBits(s.maxValue) + (1u << (22 - s.mantBits));
-  const float scale = blockScaleDevice(warpAmax(x, e, w), s.maxValue);
+  const float scale = blockScaleDevice(warpAmax(x, e, w, vec), s.maxValue);
   if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   unsigned count = 0;
-  for (size_t k = w.lane; k < w.len; k += 32) {
-    const size_t i = w.b0 + k;
-    const float v = addend(x, e, i);
-    if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i);
-    const float scaled = __fmul_rn(v, scale);
-    count += scalar::absBits(scaled) >= overflowBits;
-    const uint8_t c = scalar::floatToFp8(scaled, fmt);
-    codes[i] = c;
-    if (residual) residual[i] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(c, fmt), inv));
-  }
+  forWarpRuns(w, vec, [&](size_t i, int runLength) {
+    float c[4], r[4];
+    uint8_t q[4];
+    loadRun(x, e, i, runLength, c);
+    for (int j = 0; j < runLength; ++j) {
+      const float v = c[j];
+      if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i + j);
+      const float scaled = __fmul_rn(v, scale);
+      count += scalar::absBits(scaled) >= overflowBits;
+      q[j] = scalar::floatToFp8(scaled, fmt);
+      r[j] = __fsub_rn(v, __fmul_rn(scalar::fp8ToFloat(q[j], fmt), inv));
+    }
+    storeRun(codes, residual, i, runLength, q, r);
+  });
   count = __reduce_add_sync(0xffffffffu, count);
   if (w.lane == 0 && count && saturated) atomicAdd(saturated, static_cast<unsigned long long>(count));
 }
 
 __global__ void decodeFp8Kernel(const uint8_t* codes, size_t n, size_t blockSize, scalar::Fp8Format fmt,
-                                const float* scales, float* out, bool accumulate) {
+                                const float* scales, float* out, bool accumulate, bool vec) {
   const WarpBlock w = warpBlock(n, blockSize);
   if (!w.valid) return;
   const float inv = __fdiv_rn(1.0f, scales[w.index]);
-  for (size_t i = w.b0 + w.lane; i < w.b0 + w.len; i += 32) {
-    const float v = __fmul_rn(scalar::fp8ToFloat(codes[i], fmt), inv);
-    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
-  }
+  decodeRuns(codes, out, accumulate, w, vec, [inv, fmt](uint32_t q) {
+    return __fmul_rn(scalar::fp8ToFloat(static_cast<uint8_t>(q), fmt), inv);
+  });
 }
 
 __global__ void encodeSignKernel(const float* x, const float* e, size_t n, size_t blockSize, uint8_t* bits,
@@ -181,6 +255,15 @@ __global__ void fp8IntrinsicMismatchKernel(scalar::Fp8Format fmt, unsigned long 
 }
 
 
+// Whether the 4-element runs of forWarpRuns may use vector accesses: every float array (null ones
+// aside) 16-byte aligned, the codes 4-byte aligned, and blocks starting on multiples of 4 elements.
+bool runsAligned(size_t blockSize, std::initializer_list<const float*> floats, const void* codes) {
+  if (blockSize % 4 != 0 || reinterpret_cast<uintptr_t>(codes) % 4 != 0) return false;
+  for (const float* p : floats)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;  // null is aligned
+  return true;
+}
+
 }  // namespace
 
 cudaError_t launchEncodeInt8Blocks(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
@@ -188,8 +271,9 @@ cudaError_t launchEncodeInt8Blocks(const float* x, const float* e, size_t n, siz
                                    unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, stochastic, rng, first,
-                                                                         codes, scales, residual, firstBad);
+  encodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(
+      x, e, n, blockSize, stochastic, rng, first, codes, scales, residual, firstBad,
+      runsAligned(blockSize, {x, e, residual}, codes));
   return cudaGetLastError();
 }
 
@@ -197,7 +281,8 @@ cudaError_t launchDecodeInt8Blocks(const int8_t* codes, size_t n, size_t blockSi
                                    bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, scales, out, accumulate);
+  decodeInt8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(
+      codes, n, blockSize, scales, out, accumulate, runsAligned(blockSize, {out}, codes));
   return cudaGetLastError();
 }
 
@@ -206,8 +291,8 @@ cudaError_t launchEncodeFp8Blocks(const float* x, const float* e, size_t n, size
                                   unsigned long long* firstBad, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  encodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(x, e, n, blockSize, fmt, codes, scales,
-                                                                        saturated, residual, firstBad);
+  encodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(
+      x, e, n, blockSize, fmt, codes, scales, saturated, residual, firstBad, runsAligned(blockSize, {x, e, residual}, codes));
   return cudaGetLastError();
 }
 
@@ -215,7 +300,8 @@ cudaError_t launchDecodeFp8Blocks(const uint8_t* codes, size_t n, size_t blockSi
                                   const float* scales, float* out, bool accumulate, cudaStream_t cudaStream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
-  decodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(codes, n, blockSize, fmt, scales, out, accumulate);
+  decodeFp8Kernel<<<detail::warpPerBlockGrid(n, blockSize), kThreads, 0, cudaStream>>>(
+      codes, n, blockSize, fmt, scales, out, accumulate, runsAligned(blockSize, {out}, codes));
   return cudaGetLastError();
 }
 
