@@ -61,16 +61,10 @@ __device__ __forceinline__ void forWarpRuns(const WarpBlock& w, bool vec, Fn&& f
 
 // c[j] = x[i + j] (+ e[i + j]) for j < count (a 16-byte load when count is 4).
 __device__ __forceinline__ void loadRun(const float* x, const float* e, size_t i, int count, float (&c)[4]) {
-  if (count == 4) {
-    float4 a = *reinterpret_cast<const float4*>(x + i);
-    if (e) {
-      const float4 b = *reinterpret_cast<const float4*>(e + i);
-      a = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-    }
-    c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
-  } else {
+  if (count == 4)
+    detail::addend4(x, e, i, c);
+  else
     c[0] = addend(x, e, i);
-  }
 }
 
 // Stores a run of byte codes and, optionally, residuals (one 4-byte and one 16-byte store for 4).

@@ -76,12 +76,7 @@ __global__ void encodeCastKernel(const float* __restrict__ g, const float* e, si
     const int m = n - i < 4 ? static_cast<int>(n - i) : 4;
     const bool v4 = vec && m == 4;
     if (v4) {
-      float4 a = *reinterpret_cast<const float4*>(g + i);
-      if (e) {
-        const float4 b = *reinterpret_cast<const float4*>(e + i);
-        a = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-      }
-      c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
+      detail::addend4(g, e, i, c);
     } else {
       for (int j = 0; j < m; ++j) c[j] = detail::addend(g, e, i + j);
     }

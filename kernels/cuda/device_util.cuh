@@ -38,6 +38,16 @@ __device__ __forceinline__ float addend(const float* g, const float* e, size_t i
   return e ? __fadd_rn(g[i], e[i]) : g[i];
 }
 
+// c[j] = g[i + j] (+ e[i + j]) for j < 4 as one 16-byte load of each (the caller checked alignment).
+__device__ __forceinline__ void addend4(const float* g, const float* e, size_t i, float (&c)[4]) {
+  float4 a = *reinterpret_cast<const float4*>(g + i);
+  if (e) {
+    const float4 b = *reinterpret_cast<const float4*>(e + i);
+    a = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+  }
+  c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
+}
+
 __device__ __forceinline__ bool isAligned(const void* p, size_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
