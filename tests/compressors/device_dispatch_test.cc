@@ -1,8 +1,8 @@
-// The CUDA dispatch seen from a machine without a GPU (CI): asking any codec to work on a CUDA buffer
-// is a BackendUnavailable that names the codec and says why -- "this build has no CUDA kernels" in a
-// CPU-only build, "no CUDA device is available" in a CUDA build on a machine without one -- and never
-// touches the buffers (they are host memory here, which a CUDA path would fault on). Where a device
-// is present these paths are exercised for real by gradcomp_cuda_codec_tests instead.
+// The CUDA dispatch's refusals: asking any codec to work on a CUDA buffer it cannot use is a
+// BackendUnavailable that names the codec and says why -- "this build has no CUDA kernels" in a
+// CPU-only build, "no CUDA device is available" in a CUDA build on a machine without one (CI), a
+// nonexistent device index where one is present -- and never touches the buffers (host memory here,
+// which a CUDA path would fault on). The working CUDA paths are gradcomp_cuda_codec_tests' subject.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -35,11 +35,17 @@ std::string refusal(const std::function<void()>& call) {
   return "(no BackendUnavailable)";
 }
 
+// Three machines, three reasons: no CUDA in the build; CUDA but no device (CI); a device, asked for
+// one that does not exist. None of them touches the (host) buffers.
 TEST(DeviceDispatch, EveryCodecRefusesCudaBuffersWithTheReason) {
-  if (deviceAnswers()) GTEST_SKIP() << "a CUDA device answers: gradcomp_cuda_codec_tests covers the CUDA paths here";
-  const std::string reason = cudapath::compiledIn() ? "no CUDA device is available" : "this build has no CUDA kernels";
   ExecContext gpu;
   gpu.device = Device::Cuda;
+  std::string reason = "this build has no CUDA kernels";
+  if (cudapath::compiledIn()) reason = "no CUDA device is available";
+  if (deviceAnswers()) {
+    gpu.cudaDevice = 1 << 20;
+    reason = "CUDA device 1048576 does not exist";
+  }
   for (const auto& name : codecNames()) {
     SCOPED_TRACE(name);
     auto codec = makeCompressor(name);
