@@ -103,8 +103,9 @@ EncodeResult Compressor::encodeWithResidualImpl(std::span<const float> grad, std
   return r;
 }
 
-WireHeader Compressor::inspect(std::span<const std::byte> wire) const {
-  const WireHeader h = parseHeader(wire);
+WireHeader Compressor::inspect(std::span<const std::byte> wire) const { return checkedForThisCodec(parseHeader(wire)); }
+
+WireHeader Compressor::checkedForThisCodec(const WireHeader& h) const {
   GRADCOMP_CHECK(h.codec == static_cast<uint16_t>(id()), DecodeError, "wire holds codec '", codecIdName(h.codec),
                  "' (id ", h.codec, "), this decoder is '", name(), "'");
   checkHeader(h);
@@ -126,10 +127,7 @@ void Compressor::decode(std::span<const std::byte> wire, std::span<float> out, D
   checkExec(exec, name(), "decode");
   if (onDevice(exec)) {
     // The header comes to the host and gets every check of the CPU path; the payload stays on the device.
-    const WireHeader h = cudapath::parseDeviceHeader(wire.data(), wire.size(), exec);
-    GRADCOMP_CHECK(h.codec == static_cast<uint16_t>(id()), DecodeError, "wire holds codec '", codecIdName(h.codec),
-                   "' (id ", h.codec, "), this decoder is '", name(), "'");
-    checkHeader(h);
+    const WireHeader h = checkedForThisCodec(cudapath::parseDeviceHeader(wire.data(), wire.size(), exec));
     GRADCOMP_CHECK(h.numElements == out.size(), DecodeError, "decode '", name(), "': wire holds ", h.numElements,
                    " elements, output has ", out.size());
     const cudapath::AlignedPayload payload(wire.data() + kWireHeaderBytes, h.payloadBytes, exec);

@@ -118,6 +118,9 @@ class Compressor {
                               DecodeMode mode, const ExecContext& exec) const;
 
  private:
+  // A parsed header checked against this codec (id, then its own fields): inspect() and the CUDA decode.
+  WireHeader checkedForThisCodec(const WireHeader& h) const;
+
   CodecSpec spec_;
 };
 
