@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
                            Level{"onebit", LevelCodec::OneBit, 1, 1024}}) {
       const double out = lv.bits / 8.0;
       cases.push_back({std::string(lv.name) + " encode", (4 + out) * f, [=] {
-                         CHECK(gcuda::launchLevelBlockStats(lv.codec, x, nullptr, n, lv.block, scales, nullptr));
+                         CHECK(gcuda::launchLevelBlockStats(lv.codec, lv.bits, x, nullptr, n, lv.block, scales, nullptr));
                          CHECK(gcuda::launchLevelCodes(lv.codec, lv.bits, rng, x, nullptr, n, lv.block, scales, codeBytes, nullptr, bad, nullptr));
                          CHECK(gcuda::launchPackCodes(codeBytes, n, lv.bits, static_cast<uint32_t*>(codes), nullptr));
                        }});
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
     {
       const size_t k = n / 100;
       const auto perm = scalar::FeistelPermutation::make(n, 1, 0, 0);
-      cases.push_back({"random-k 1 % gather", 8.0 * k, [=] { CHECK(gcuda::launchRandomKGather(x, perm, k, wire, false, 1.0f, nullptr, nullptr)); }});
+      cases.push_back({"random-k 1 % gather", 8.0 * k, [=] { CHECK(gcuda::launchRandomKGather(x, perm, k, wire, false, 1.0f, nullptr, nullptr, nullptr)); }});
     }
     for (const auto& c : cases) {
       const double ms = medianMs(reps, c.run);

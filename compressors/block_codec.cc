@@ -1,6 +1,9 @@
 #include "compressors/block_codec.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <iomanip>
+#include <sstream>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -108,11 +111,22 @@ BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleByt
   return s;
 }
 
-void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, bool allowZero) {
+void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, const scalar::ScaleRule& rule) {
   for (uint64_t b = 0; b < numBlocks; ++b) {
     const float s = scales[b];
-    GRADCOMP_CHECK(std::isfinite(s) && s >= 0.0f && (allowZero || s > 0.0f), DecodeError, codec, ": block ", b,
-                   " carries an invalid scale ", s);
+    if (scalar::scaleAccepted(s, rule)) continue;
+    std::ostringstream accepted;
+    accepted << std::setprecision(9);
+    if (rule.reciprocalOf > 0)
+      accepted << "[" << scalar::smallestDecodableScale(rule.reciprocalOf) << ", " << FLT_MAX
+               << "], the scales whose reciprocal decodes the largest code " << rule.reciprocalOf << " to a finite value";
+    else if (rule.qsgdLevels > 0)
+      accepted << "[0, " << scalar::largestDecodableQsgdNorm(rule.qsgdLevels) << "], the norms that decode level "
+               << rule.qsgdLevels << " to a finite value";
+    else
+      accepted << (rule.allowZero ? "[0, " : "(0, ") << FLT_MAX << "]";
+    GRADCOMP_THROW(DecodeError, codec, ": block ", b, " carries an invalid scale ", std::setprecision(9), s,
+                   " (accepted: ", accepted.str(), ")");
   }
 }
 
@@ -260,7 +274,7 @@ EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<c
 void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                                 const ExecContext& exec) const {
   const Sections sec = sections(h);
-  if (cudapath::blockPayloadHasInvalid(h, sec, payload, exec)) {
+  if (cudapath::blockPayloadHasInvalid(h, sec, payload, scaleRule(h), exec)) {
     const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
     validatePayload(h, host.get());  // throws the CPU path's DecodeError
     GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed; was the "

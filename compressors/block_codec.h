@@ -7,6 +7,7 @@
 #pragma once
 
 #include "compressors/compressor.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp {
 
@@ -54,6 +55,9 @@ class BlockCodec : public Compressor {
   }
   // Checks every code and scale of the payload; throws DecodeError naming the first bad one.
   virtual void validatePayload(const WireHeader& h, const std::byte* payload) const = 0;
+  // What this codec's per-block scales must satisfy (kernels/scalar/scale_limits.h), for the CPU validator
+  // and the CUDA check alike. Codecs without a scale section (the casts, onebit's mean pairs) keep the default.
+  virtual scalar::ScaleRule scaleRule(const WireHeader&) const { return {}; }
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                           bool accumulate) const = 0;
 
@@ -98,7 +102,9 @@ BlockCodec::Sections valueSection(const WireHeader& h, uint64_t bytesPerElement,
 // The common layout [per-block scales: scaleBytesPerBlock each][codes: codeBits per element].
 BlockCodec::Sections scaleAndCodeSections(const WireHeader& h, uint64_t scaleBytesPerBlock, uint64_t codeBits);
 
-// Throws DecodeError naming the block if a scale is non-finite, negative, or zero when !allowZero.
-void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, bool allowZero);
+// Throws DecodeError naming the block and the accepted range if a scale breaks `rule`
+// (kernels/scalar/scale_limits.h): non-finite, negative, zero when !allowZero, or a factor the decoder's
+// product would overflow on.
+void validateBlockScales(const float* scales, uint64_t numBlocks, const char* codec, const scalar::ScaleRule& rule);
 
 }  // namespace gradcomp

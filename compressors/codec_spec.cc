@@ -2,11 +2,25 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
 
 namespace gradcomp {
+namespace {
+
+// A double in the shortest decimal form that reads back to the same value (0.1, 1e+30, 0.0625).
+std::string normalNumber(double x) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+}  // namespace
 
 CodecSpec CodecSpec::parse(const std::string& text) {
   CodecSpec spec;
@@ -41,10 +55,24 @@ std::string CodecSpec::toString() const {
   return s;
 }
 
+std::string CodecSpec::canonical() const {
+  std::string s = name_;
+  char sep = ':';
+  for (const auto& [k, v] : resolved_) {
+    s += sep + k + "=" + v;
+    sep = ',';
+  }
+  return s;
+}
+
 std::string CodecSpec::getString(const std::string& key, const std::string& fallback) const {
   const auto it = params_.find(key);
-  if (it == params_.end()) return fallback;
+  if (it == params_.end()) {
+    resolved_[key] = fallback;
+    return fallback;
+  }
   used_.insert(key);
+  resolved_[key] = it->second;
   return it->second;
 }
 
@@ -59,7 +87,10 @@ std::string CodecSpec::getChoice(const std::string& key, const std::string& fall
 }
 
 uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const {
-  if (!has(key)) return fallback;
+  if (!has(key)) {
+    resolved_[key] = std::to_string(fallback);
+    return fallback;
+  }
   const std::string v = getString(key, "");
   errno = 0;
   char* end = nullptr;
@@ -68,12 +99,16 @@ uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t 
                      key, "=", v, " is not a non-negative integer");
   GRADCOMP_CHECK_ARG(x >= min && x <= max, "'", name_, "': ", key, "=", v, " is outside [", min, ", ",
                      max, "]");
+  resolved_[key] = std::to_string(x);
   return x;
 }
 
 double CodecSpec::getDouble(const std::string& key, double fallback, double minExclusive,
                             double maxInclusive) const {
-  if (!has(key)) return fallback;
+  if (!has(key)) {
+    resolved_[key] = normalNumber(fallback);
+    return fallback;
+  }
   const std::string v = getString(key, "");
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
@@ -81,12 +116,15 @@ double CodecSpec::getDouble(const std::string& key, double fallback, double minE
                      v, " is not a finite number");
   GRADCOMP_CHECK_ARG(x > minExclusive && x <= maxInclusive, "'", name_, "': ", key, "=", v,
                      " is outside (", minExclusive, ", ", maxInclusive, "]");
+  resolved_[key] = normalNumber(x);
   return x;
 }
 
 bool CodecSpec::getBool(const std::string& key, bool fallback) const {
   const std::string v = getChoice(key, fallback ? "true" : "false", {"true", "false", "1", "0"});
-  return v == "true" || v == "1";
+  const bool b = v == "true" || v == "1";
+  resolved_[key] = b ? "true" : "false";
+  return b;
 }
 
 void CodecSpec::checkAllUsed() const {

@@ -17,6 +17,10 @@ class CodecSpec {
 
   const std::string& name() const { return name_; }
   std::string toString() const;
+  // The spec with every parameter the factory read, defaults included, each value in one normal form:
+  // "int8" and "int8:block=256" (and "int8:block=0256") all give "int8:block=256,rounding=nearest". What
+  // ranks compare before they exchange data, so equivalent spellings agree and different settings never do.
+  std::string canonical() const;
 
   bool has(const std::string& key) const { return params_.count(key) != 0; }
   std::string getString(const std::string& key, const std::string& fallback) const;
@@ -35,6 +39,7 @@ class CodecSpec {
   std::string name_;
   std::map<std::string, std::string> params_;
   mutable std::set<std::string> used_;
+  mutable std::map<std::string, std::string> resolved_;  // every parameter read, in normal form
 };
 
 }  // namespace gradcomp

@@ -60,6 +60,8 @@ class Compressor {
   virtual CodecId id() const = 0;
   const char* name() const { return codecIdName(static_cast<uint16_t>(id())); }
   const CodecSpec& spec() const { return spec_; }
+  // The spec in normal form, defaults included (CodecSpec::canonical): equal for equivalent spellings.
+  const std::string& canonicalSpec() const { return canonical_; }
   virtual CompressorTraits traits() const = 0;
   virtual size_t maxEncodedBytes(size_t numElements) const = 0;
   // The bound for one call: sparse codecs honour ctx.kOverride (DGC's warm-up sends more entries).
@@ -122,6 +124,8 @@ class Compressor {
   WireHeader checkedForThisCodec(const WireHeader& h) const;
 
   CodecSpec spec_;
+  std::string canonical_ = spec_.toString();
+  friend std::unique_ptr<Compressor> makeCompressor(const CodecSpec& spec);  // sets canonical_
 };
 
 // Finds the first NaN/Inf (EncodeResult::kNoIndex if none).

@@ -224,7 +224,7 @@ EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, c
       const int bits = levelBits(h);
       auto* stats = reinterpret_cast<float*>(section0);
       DeviceScratch<uint8_t> codes(n, stream);
-      check(cuda::launchLevelBlockStats(codec, g, e, n, h.blockSize, stats, stream), "block statistics");
+      check(cuda::launchLevelBlockStats(codec, bits, g, e, n, h.blockSize, stats, stream), "block statistics");
       check(cuda::launchLevelCodes(codec, bits, rng, g, e, n, h.blockSize, stats, codes.get(), r, counters.firstBad(),
                                    stream), "level codes");
       check(cuda::launchPackCodes(codes.get(), n, bits, reinterpret_cast<uint32_t*>(section1), stream), "bit packing");
@@ -242,7 +242,7 @@ EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, c
 }
 
 bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload,
-                            const ExecContext& exec) {
+                            const scalar::ScaleRule& scaleRule, const ExecContext& exec) {
   const cudaStream_t stream = enter(exec);
   Counters counters(stream);
   unsigned long long* bad = counters.firstBad();
@@ -257,21 +257,21 @@ bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec
     case CodecId::Fp16: check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Fp16, section0, n, bad, stream), "check"); break;
     case CodecId::Bf16: check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Bf16, section0, n, bad, stream), "check"); break;
     case CodecId::Int8:
-      check(cuda::launchFindBadScales(scales, blocks, false, bad, stream), "check");
+      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
       check(cuda::launchFindInt8Minimum(reinterpret_cast<const int8_t*>(section1), n, bad, stream), "check");
       break;
     case CodecId::Fp8E4M3:
     case CodecId::Fp8E5M2:
-      check(cuda::launchFindBadScales(scales, blocks, false, bad, stream), "check");
+      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
       check(cuda::launchFindNonFiniteFp8(reinterpret_cast<const uint8_t*>(section1), n, fp8FormatOf(id), bad, stream),
             "check");
       break;
     case CodecId::Qsgd:
     case CodecId::Sign:
-      check(cuda::launchFindBadScales(scales, blocks, true, bad, stream), "check");
+      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
       break;
     case CodecId::TernGrad:
-      check(cuda::launchFindBadScales(scales, blocks, true, bad, stream), "check");
+      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
       check(cuda::launchFindTernaryCode3(reinterpret_cast<const uint8_t*>(section1), n, bad, stream), "check");
       break;
     case CodecId::OneBit:
@@ -441,19 +441,21 @@ EncodeResult encodeRandomK(const RandomKPlan& plan, const EncodeBuffers& io, con
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(payload, 0, plan.header.payloadBytes, stream));
   GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(payload, plan.key, sizeof(plan.key), cudaMemcpyHostToDevice, stream));
   const auto perm = scalar::FeistelPermutation::make(io.n, plan.seed, plan.step, plan.tensor);
+  Counters counters(stream);
   check(cuda::launchRandomKGather(c, perm, plan.header.count, payload + plan.valueOffset, plan.fp16Values, plan.scale,
-                                  io.residualIn ? io.residualOut : nullptr, stream),
+                                  io.residualIn ? io.residualOut : nullptr, counters.saturated(), stream),
         "random-k gather");
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  r.saturated = counters.read().saturated;  // waits for the stream
   r.wireBytes = kWireHeaderBytes + plan.header.payloadBytes;
   r.entries = plan.header.count;
   return r;
 }
 
-bool randomKValuesHaveInvalid(const WireHeader& h, const std::byte* values, bool fp16Values, const ExecContext& exec) {
+bool randomKValuesHaveInvalid(const WireHeader& h, const std::byte* values, bool fp16Values, float scale,
+                              const ExecContext& exec) {
   const cudaStream_t stream = enter(exec);
   Counters counters(stream);
-  check(cuda::launchFindNonFiniteValues(values, fp16Values, h.count, counters.firstBad(), stream), "random-k check");
+  check(cuda::launchFindNonFiniteValues(values, fp16Values, scale, h.count, counters.firstBad(), stream), "random-k check");
   return counters.read().firstBad != ~0ull;
 }
 

@@ -95,7 +95,7 @@ EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, c
                          const EncodeContext& ctx, const ExecContext& exec);
 // True when a device check finds an invalid scale or code in the payload.
 bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload,
-                            const ExecContext& exec);
+                            const scalar::ScaleRule& scaleRule, const ExecContext& exec);
 void decodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload, float* out,
                  bool accumulate, const ExecContext& exec);
 
@@ -125,7 +125,8 @@ struct RandomKPlan {
   uint32_t step = 0, tensor = 0;
 };
 EncodeResult encodeRandomK(const RandomKPlan& plan, const EncodeBuffers& io, const ExecContext& exec);
-bool randomKValuesHaveInvalid(const WireHeader& h, const std::byte* values, bool fp16Values,
+// Values that are not finite, or whose product with `scale` (n/k when unbiased, else 1) is not.
+bool randomKValuesHaveInvalid(const WireHeader& h, const std::byte* values, bool fp16Values, float scale,
                               const ExecContext& exec);
 void decodeRandomK(const WireHeader& h, const std::byte* values, bool fp16Values, float scale, uint64_t seed,
                    uint32_t step, uint32_t tensor, float* out, bool accumulate, const ExecContext& exec);

@@ -37,7 +37,8 @@ EncodeResult encodeBlock(const WireHeader&, const BlockCodec::Sections&, const E
                          const ExecContext&) {
   refuse("encode");
 }
-bool blockPayloadHasInvalid(const WireHeader&, const BlockCodec::Sections&, const std::byte*, const ExecContext&) {
+bool blockPayloadHasInvalid(const WireHeader&, const BlockCodec::Sections&, const std::byte*, const scalar::ScaleRule&,
+                            const ExecContext&) {
   refuse("decode");
 }
 void decodeBlock(const WireHeader&, const BlockCodec::Sections&, const std::byte*, float*, bool, const ExecContext&) {
@@ -49,7 +50,7 @@ EncodeResult encodeIndexValue(CodecId, const SparsePlan&, const EncodeBuffers&, 
 bool sparsePayloadHasInvalid(const WireHeader&, const std::byte*, const ExecContext&) { refuse("decode"); }
 void decodeIndexValue(const WireHeader&, const std::byte*, float*, bool, const ExecContext&) { refuse("decode"); }
 EncodeResult encodeRandomK(const RandomKPlan&, const EncodeBuffers&, const ExecContext&) { refuse("encode"); }
-bool randomKValuesHaveInvalid(const WireHeader&, const std::byte*, bool, const ExecContext&) { refuse("decode"); }
+bool randomKValuesHaveInvalid(const WireHeader&, const std::byte*, bool, float, const ExecContext&) { refuse("decode"); }
 void decodeRandomK(const WireHeader&, const std::byte*, bool, float, uint64_t, uint32_t, uint32_t, float*, bool,
                    const ExecContext&) {
   refuse("decode");

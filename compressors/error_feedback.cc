@@ -24,6 +24,7 @@ std::unique_ptr<ErrorFeedback> ErrorFeedback::make(const std::string& text) {
   else if (spec.name() == "dgc") p = makeDgcFeedback(spec);
   else GRADCOMP_THROW(InvalidArgument, "unknown error-feedback policy '", spec.name(), "' (known: none, ef, ef21, dgc)");
   spec.checkAllUsed();
+  p->canonical_ = spec.canonical();
   return p;
 }
 

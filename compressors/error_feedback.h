@@ -50,6 +50,8 @@ class ErrorFeedback {
   virtual ~ErrorFeedback() = default;
 
   const std::string& name() const { return name_; }
+  // The spec in normal form, defaults included (CodecSpec::canonical): equal for equivalent spellings.
+  const std::string& canonicalSpec() const { return canonical_; }
 
   // The wire size to reserve for tensor of n elements at this step (DGC's warm-up sends more).
   size_t maxEncodedBytes(const Compressor& codec, size_t n, const EncodeContext& ctx) const;
@@ -111,6 +113,7 @@ class ErrorFeedback {
                        const EncodeContext& ctx, CompressOutcome& out) const;
 
   std::string name_;
+  std::string canonical_;
   int numBuffers_;
   bool skipNonFinite_;
   bool resetOnShapeChange_;

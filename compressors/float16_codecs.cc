@@ -8,15 +8,22 @@
 #include "core/error.h"
 #include "kernels/cpu/cast_kernels.h"
 #include "kernels/scalar/host_device.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp {
 namespace {
+
+constexpr float kHalfMax = 65504.0f;
+
+// Decoding is code x fl(1 / prescale): every fp16 value decodes finite iff 65504 does.
+bool prescaleDecodes(float p) { return std::isnormal(p) && scalar::reciprocalScaleDecodes(p, kHalfMax); }
 
 class Fp16Codec final : public BlockCodec {
  public:
   explicit Fp16Codec(const CodecSpec& spec)
       : BlockCodec(spec, 0), prescale_(static_cast<float>(spec.getDouble("prescale", 1.0, 0.0, 1e30))) {
-    GRADCOMP_CHECK_ARG(std::isnormal(prescale_), "fp16: prescale ", prescale_, " is not a normal fp32 number");
+    GRADCOMP_CHECK_ARG(prescaleDecodes(prescale_), "fp16: prescale ", prescale_, " is outside [",
+                       scalar::smallestDecodableScale(kHalfMax), ", 1e30]: the decoder multiplies 65504 by 1/prescale");
   }
   CodecId id() const override { return CodecId::Fp16; }
   CompressorTraits traits() const override { return {}; }
@@ -26,8 +33,9 @@ class Fp16Codec final : public BlockCodec {
   uint32_t formatParam() const override { return scalar::floatBits(prescale_); }
   void validateParam(uint32_t param) const override {
     const float p = scalar::bitsToFloat(param);
-    GRADCOMP_CHECK(std::isnormal(p) && p > 0.0f, DecodeError, name(), ": header pre-scale ", p,
-                   " is not a positive normal number");
+    GRADCOMP_CHECK(prescaleDecodes(p), DecodeError, name(), ": header pre-scale ", p,
+                   " is not a positive normal number at least ", scalar::smallestDecodableScale(kHalfMax),
+                   " (decoding multiplies the largest fp16 value 65504 by 1/pre-scale, which must be finite)");
   }
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t& saturated, bool streamOut) const override {

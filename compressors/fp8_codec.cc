@@ -37,9 +37,10 @@ class Fp8Codec final : public BlockCodec {
     auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;
     cpu::encodeFp8Blocks(x, count, h.blockSize, fmt_, codes, scales + begin / h.blockSize, saturated, residualOut);
   }
+  scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.reciprocalOf = scalar::fp8Spec(fmt_).maxValue}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
-    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), false);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
     const size_t bad = cpu::firstNonFiniteFp8(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]),
                                               h.numElements, fmt_);
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds a NaN/Inf code at element ", bad);

@@ -42,9 +42,10 @@ class Int8Codec final : public BlockCodec {
       scales[block] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off);
     });
   }
+  scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.reciprocalOf = 127.0f}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
-    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), false);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
     const size_t bad = cpu::firstInt8Minimum(reinterpret_cast<const int8_t*>(payload + sec.offset[1]), h.numElements);
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": code -128 at element ", bad,
                    " is outside the symmetric range [-127, 127]");

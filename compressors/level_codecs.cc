@@ -9,6 +9,7 @@
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
+#include "kernels/scalar/level_codes.h"
 
 namespace gradcomp {
 namespace {
@@ -49,10 +50,13 @@ class QsgdCodec final : public BlockCodec {
     });
     cpu::packBits(codes, count, bits_, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
   }
+  scalar::ScaleRule scaleRule(const WireHeader& h) const override {
+    return {.allowZero = true, .qsgdLevels = scalar::qsgdLevels(static_cast<int>(h.flags))};
+  }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     // Every code pattern is a valid level; only the norms can be wrong.
     const Sections sec = sections(h);
-    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
   }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {
@@ -96,9 +100,10 @@ class TernGradCodec final : public BlockCodec {
     });
     cpu::packBits(codes, count, 2, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
   }
+  scalar::ScaleRule scaleRule(const WireHeader&) const override { return {.allowZero = true}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
-    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
     const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
     for (uint64_t byte = 0; byte < sec.bytes[1]; ++byte) {
       // A 2-bit field equal to 3 has both its bits set.

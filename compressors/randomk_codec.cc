@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/scalar/feistel_permutation.h"
 #include "kernels/scalar/float_formats.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp {
 namespace {
@@ -39,13 +40,19 @@ struct RandomKKey {
   }
 };
 
-// Throws DecodeError naming the first non-finite value (fp32 or fp16 bits).
-void checkRandomKValues(const std::byte* values, uint64_t count, bool fp16, const char* codec) {
+// Throws DecodeError naming the first value that is not finite (fp32 or fp16 bits), or whose product
+// with the unbiased scale n/k is not.
+void checkRandomKValues(const std::byte* values, uint64_t count, bool fp16, float scale, const char* codec) {
   const auto* v32 = reinterpret_cast<const float*>(values);
   const auto* v16 = reinterpret_cast<const uint16_t*>(values);
-  for (uint64_t j = 0; j < count; ++j)
-    GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v32[j]), DecodeError, codec, ": value ", j,
+  for (uint64_t j = 0; j < count; ++j) {
+    const float v = fp16 ? scalar::halfBitsToFloat(v16[j]) : v32[j];
+    GRADCOMP_CHECK(fp16 ? scalar::halfIsFinite(v16[j]) : std::isfinite(v), DecodeError, codec, ": value ", j,
                    " is not finite");
+    GRADCOMP_CHECK(scalar::scaledValueDecodes(v, scale), DecodeError, codec, ": value ", j, " = ", v,
+                   " overflows when scaled by n/k = ", scale, " (largest accepted magnitude ",
+                   scalar::largestScaledValue(scale), ")");
+  }
 }
 
 struct RandomKLayout {
@@ -98,8 +105,8 @@ class RandomKCodec final : public Compressor {
     std::vector<uint64_t> idx;
     const EncodeResult r = encodeSelected(residualOut, wire, ctx, idx);
     if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
-    const float scale = valueScale(grad.size(), idx.size(), flags_);
-    for (uint64_t i : idx) residualOut[i] -= wireValue(residualOut[i]) * scale;
+    const float scale = valueScale(grad.size(), idx.size(), flags_), limit = scalar::largestScaledValue(scale);
+    for (uint64_t i : idx) residualOut[i] -= wireValue(residualOut[i], limit) * scale;
     return r;
   }
 
@@ -131,9 +138,9 @@ class RandomKCodec final : public Compressor {
     cudapath::copyToHost(keyBytes, payload, kKeyBytes, exec);
     const RandomKKey key = RandomKKey::read(keyBytes);
     const bool fp16 = h.flags & kFp16Values;
-    if (cudapath::randomKValuesHaveInvalid(h, payload + l.valueOffset, fp16, exec)) {
+    if (cudapath::randomKValuesHaveInvalid(h, payload + l.valueOffset, fp16, valueScale(h.numElements, h.count, h.flags), exec)) {
       const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
-      checkRandomKValues(host.get() + l.valueOffset, h.count, fp16, name());  // the CPU decoder's message
+      checkRandomKValues(host.get() + l.valueOffset, h.count, fp16, valueScale(h.numElements, h.count, h.flags), name());  // the CPU decoder's message
       GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed");
     }
     cudapath::decodeRandomK(h, payload + l.valueOffset, fp16, valueScale(h.numElements, h.count, h.flags), key.seed,
@@ -158,7 +165,7 @@ class RandomKCodec final : public Compressor {
     const bool fp16 = h.flags & kFp16Values;
     const auto* v32 = reinterpret_cast<const float*>(payload + l.valueOffset);
     const auto* v16 = reinterpret_cast<const uint16_t*>(payload + l.valueOffset);
-    checkRandomKValues(payload + l.valueOffset, h.count, fp16, name());
+    checkRandomKValues(payload + l.valueOffset, h.count, fp16, valueScale(h.numElements, h.count, h.flags), name());
     const float scale = valueScale(h.numElements, h.count, h.flags);
     const auto perm = scalar::FeistelPermutation::make(h.numElements, key.seed, key.step, key.tensor);
     if (mode == DecodeMode::Overwrite) std::fill(out.begin(), out.end(), 0.0f);
@@ -179,8 +186,10 @@ class RandomKCodec final : public Compressor {
   static float valueScale(uint64_t n, uint64_t k, uint32_t flags) {
     return (flags & kUnbiased) && k ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k)) : 1.0f;
   }
-  float wireValue(float v) const {
-    return (flags_ & kFp16Values) ? scalar::halfBitsToFloat(scalar::floatToHalfBits(v)) : v;
+  // What the receiver gets for v before the scale: fp16 rounding, or fp32 clamped to `limit` (the largest
+  // magnitude whose product with the unbiased scale stays finite; FLT_MAX without it).
+  float wireValue(float v, float limit) const {
+    return (flags_ & kFp16Values) ? scalar::halfBitsToFloat(scalar::floatToHalfBits(v)) : scalar::clampMagnitude(v, limit);
   }
 
   EncodeResult encodeSelected(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
@@ -205,13 +214,17 @@ class RandomKCodec final : public Compressor {
     auto* v32 = reinterpret_cast<float*>(payload + l.valueOffset);
     auto* v16 = reinterpret_cast<uint16_t*>(payload + l.valueOffset);
     for (uint64_t j = 0; j < k; ++j) idx[j] = perm(j);
+    const float limit = scalar::largestScaledValue(valueScale(n, k, flags_));
     constexpr uint64_t kAhead = 32;  // random reads: keep many misses in flight
     for (uint64_t j = 0; j < k; ++j) {
       if (j + kAhead < k) __builtin_prefetch(in.data() + idx[j + kAhead]);
-      if (flags_ & kFp16Values)
-        v16[j] = scalar::floatToHalfBits(in[idx[j]]);
-      else
-        v32[j] = in[idx[j]];
+      const float c = in[idx[j]];
+      if (flags_ & kFp16Values) {
+        v16[j] = scalar::floatToHalfBits(c);
+      } else {
+        v32[j] = scalar::clampMagnitude(c, limit);
+        r.saturated += v32[j] != c;  // only with unbiased=true, for |c| beyond FLT_MAX / (n/k)
+      }
     }
     r.wireBytes = kWireHeaderBytes + l.total;
     r.entries = k;

@@ -47,6 +47,7 @@ std::unique_ptr<Compressor> makeCompressor(const CodecSpec& spec) {
     if (spec.name() != e.name) continue;
     auto c = e.make(spec);
     spec.checkAllUsed();
+    c->canonical_ = spec.canonical();
     return c;
   }
   std::string known;

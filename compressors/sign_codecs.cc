@@ -28,9 +28,10 @@ class SignCodec final : public BlockCodec {
       scales[block] = cpu::encodeSignBlock(x + off, len, first, bits + first / 8);
     });
   }
+  scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.allowZero = true}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
-    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), true);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
   }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {

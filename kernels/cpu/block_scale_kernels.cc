@@ -1,4 +1,5 @@
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/scalar/scale_limits.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -13,11 +14,7 @@ namespace gradcomp::cpu {
 
 using namespace scalar;
 
-float blockScale(float amax, float maxCode) {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
-  const float s = maxCode / amax;  // IEEE division: correctly rounded, same on CUDA (__fdiv_rn)
-  return std::isinf(s) ? FLT_MAX : s;
-}
+float blockScale(float amax, float maxCode) { return blockScaleFor(amax, maxCode); }
 
 float blockAmax(const float* x, size_t n) {
   uint32_t m = 0;

@@ -1,6 +1,7 @@
 // Block-scaled quantization to FP8 (OCP E4M3 / E5M2) and symmetric int8: one fp32 scale per block,
 // scale = maxCode / amax, with TransformerEngine's rules: amax 0 or non-finite -> 1, an infinite
-// scale (tiny amax) -> FLT_MAX. The wire never carries a scale of 0, Inf or NaN.
+// scale (tiny amax) -> FLT_MAX. The wire never carries a scale of 0, Inf or NaN, nor one whose
+// reciprocal overflows the decoder (kernels/scalar/scale_limits.h: blockScaleFor).
 #pragma once
 
 #include <cstddef>

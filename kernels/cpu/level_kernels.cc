@@ -8,10 +8,11 @@
 #endif
 
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/scalar/level_codes.h"
 
 namespace gradcomp::cpu {
 
-float blockL2Norm(const float* x, size_t n) {
+double blockSumSquares(const float* x, size_t n) {
   double lane[4] = {0, 0, 0, 0};
   size_t i = 0;
 #ifdef GRADCOMP_HAVE_AVX2
@@ -27,20 +28,23 @@ float blockL2Norm(const float* x, size_t n) {
   for (; i + 4 <= n; i += 4)
     for (int j = 0; j < 4; ++j) lane[j] += static_cast<double>(x[i + j]) * x[i + j];
   for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(x[i]) * x[i];
-  return static_cast<float>(std::sqrt((lane[0] + lane[1]) + (lane[2] + lane[3])));
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
+float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWireNorm(blockSumSquares(x, n), levels); }
+
 float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms, uint8_t* codes) {
-  const float norm = blockL2Norm(x, n);
-  const int s = (1 << (bits - 1)) - 1;
-  const float toLevel = norm > 0.0f ? static_cast<float>(s) / norm : 0.0f;
+  const int s = scalar::qsgdLevels(bits);
+  const float norm = blockL2Norm(x, n, s);
+  const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norm);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
-  // The scalar loop below on 8 lanes: floor, clamp to s, sign bit only for nonzero levels.
-  const __m256 vTo = _mm256_set1_ps(toLevel), vS = _mm256_set1_ps(static_cast<float>(s)), zero = _mm256_setzero_ps();
+  // The scalar loop below on 8 lanes: floor, clamp to s, sign bit only for nonzero levels. Norms outside
+  // 2^-100 .. 2^100 (pre != 1) take the scalar loop.
+  const __m256 vTo = _mm256_set1_ps(toLevel.inv), vS = _mm256_set1_ps(static_cast<float>(s)), zero = _mm256_setzero_ps();
   const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i signCode = _mm256_set1_epi32(1 << (bits - 1));
-  for (; i0 + 8 <= n; i0 += 8) {
+  for (; toLevel.pre == 1.0f && i0 + 8 <= n; i0 += 8) {
     const __m256 v = _mm256_loadu_ps(x + i0);
     __m256 level = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), vTo), _mm256_loadu_ps(uniforms + i0)));
     level = _mm256_min_ps(level, vS);
@@ -51,12 +55,7 @@ float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms,
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
   }
 #endif
-  for (size_t i = i0; i < n; ++i) {
-    float level = std::floor(std::fabs(x[i]) * toLevel + uniforms[i]);
-    level = level > static_cast<float>(s) ? static_cast<float>(s) : level;
-    const uint32_t negative = std::signbit(x[i]) && level > 0.0f;
-    codes[i] = static_cast<uint8_t>((negative << (bits - 1)) | static_cast<uint32_t>(level));
-  }
+  for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::qsgdCode(x[i], toLevel, bits, uniforms[i]));
   return norm;
 }
 
@@ -73,13 +72,14 @@ void decodeQsgdBlock(const uint8_t* codes, size_t n, int bits, float norm, float
 
 float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes) {
   const float maxAbs = blockAmax(x, n);
-  const float inv = maxAbs > 0.0f ? 1.0f / maxAbs : 0.0f;
+  const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
-  const __m256 vInv = _mm256_set1_ps(inv);
+  // Block maxima outside 2^-100 .. 2^100 (pre != 1) take the scalar loop.
+  const __m256 vInv = _mm256_set1_ps(inv.inv);
   const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i one = _mm256_set1_epi32(1);
-  for (; i0 + 8 <= n; i0 += 8) {
+  for (; inv.pre == 1.0f && i0 + 8 <= n; i0 += 8) {
     const __m256 v = _mm256_loadu_ps(x + i0);
     const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i0), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
     // 1 for a kept positive, 2 for a kept negative (sign bit, as std::signbit), 0 otherwise.
@@ -89,10 +89,7 @@ float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* 
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
   }
 #endif
-  for (size_t i = i0; i < n; ++i) {
-    const bool keep = uniforms[i] < std::fabs(x[i]) * inv;
-    codes[i] = static_cast<uint8_t>(keep ? (std::signbit(x[i]) ? 2 : 1) : 0);
-  }
+  for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::ternCode(x[i], inv, uniforms[i]));
   return maxAbs;
 }
 

@@ -7,9 +7,12 @@
 
 namespace gradcomp::cpu {
 
-// L2 norm of a block, accumulated in double over 4 interleaved lanes combined as (l0+l1)+(l2+l3):
-// a fixed order, so every backend that follows it gets the same fp32 norm.
-float blockL2Norm(const float* x, size_t n);
+// Sum of squares of a block, accumulated in double over 4 interleaved lanes combined as
+// (l0+l1)+(l2+l3): a fixed order, so every backend that follows it gets the same value.
+double blockSumSquares(const float* x, size_t n);
+// The block's qsgd wire norm with `levels` levels: its L2 norm, capped so that it decodes to finite
+// values (kernels/scalar/scale_limits.h).
+float blockL2Norm(const float* x, size_t n, int levels);
 
 // QSGD with s = 2^(bits-1) - 1 levels: code = sign << (bits-1) | level, level = floor(|x|/norm*s + u).
 // Returns the norm stored for the block.

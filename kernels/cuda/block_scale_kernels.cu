@@ -9,17 +9,14 @@
 #include "kernels/cuda/block_scale_kernels.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/scalar/level_codes.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float blockScaleDevice(float amax, float maxCode) {
-  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-  const float s = __fdiv_rn(maxCode, amax);
-  return isinf(s) ? FLT_MAX : s;
-}
+__device__ float blockScaleDevice(float amax, float maxCode) { return scalar::blockScaleFor(amax, maxCode); }
 
 using detail::addend;
 

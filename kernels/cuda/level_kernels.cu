@@ -11,7 +11,7 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 
 // One warp per codec block: lane j computes scalar::laneSum*(j) (the CPU's lane j, in its order), and
 // lane 0 combines the lanes in the CPU's tree.
-__global__ void blockStatsKernel(LevelCodec codec, const float* g, const float* e, size_t n, size_t blockSize,
+__global__ void blockStatsKernel(LevelCodec codec, int bits, const float* g, const float* e, size_t n, size_t blockSize,
                                  size_t numBlocks, float* stats) {
   const size_t block = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (block >= numBlocks) return;  // whole warps leave together
@@ -30,7 +30,7 @@ __global__ void blockStatsKernel(LevelCodec codec, const float* g, const float* 
     const double sum = lane < 4 ? scalar::laneSumSquares(gb, eb, len, lane) : 0.0;
     const double l1 = __shfl_sync(0xffffffffu, sum, 1), l2 = __shfl_sync(0xffffffffu, sum, 2),
                  l3 = __shfl_sync(0xffffffffu, sum, 3);
-    if (lane == 0) stats[block] = scalar::l2NormOfLanes(sum, l1, l2, l3);
+    if (lane == 0) stats[block] = scalar::l2NormOfLanes(sum, l1, l2, l3, scalar::qsgdLevels(bits));
     return;
   }
   double pos = 0, neg = 0;
@@ -116,14 +116,14 @@ __global__ void decodeLevelsKernel(LevelCodec codec, int bits, const uint8_t* pa
 
 }  // namespace
 
-cudaError_t launchLevelBlockStats(LevelCodec codec, const float* g, const float* e, size_t n, size_t blockSize,
+cudaError_t launchLevelBlockStats(LevelCodec codec, int bits, const float* g, const float* e, size_t n, size_t blockSize,
                                   float* stats, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize == 0) return cudaErrorInvalidValue;
   const size_t blocks = (n + blockSize - 1) / blockSize;
   const size_t grid = (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (grid > 0x7fffffffu) return cudaErrorInvalidValue;
-  blockStatsKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(codec, g, e, n, blockSize, blocks, stats);
+  blockStatsKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(codec, bits, g, e, n, blockSize, blocks, stats);
   return cudaGetLastError();
 }
 

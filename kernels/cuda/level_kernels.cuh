@@ -23,8 +23,8 @@ enum class LevelCodec { Qsgd, TernGrad, Sign, OneBit };
 
 // The per-block statistic each codec stores: qsgd the L2 norm (4 double lanes), terngrad max |c|,
 // sign mean |c| (8 double lanes), onebit the means of c >= 0 and c < 0 (two floats per block).
-// c = g + e (e may be null).
-cudaError_t launchLevelBlockStats(LevelCodec codec, const float* g, const float* e, size_t n, size_t blockSize,
+// c = g + e (e may be null). bits: qsgd's code width (its norm is capped to what its s levels decode).
+cudaError_t launchLevelBlockStats(LevelCodec codec, int bits, const float* g, const float* e, size_t n, size_t blockSize,
                                   float* stats, cudaStream_t stream);
 
 // One code byte per element from c and its block's statistic; uniforms (qsgd, terngrad) are

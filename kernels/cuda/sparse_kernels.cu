@@ -17,6 +17,7 @@
 #include "kernels/cuda/sparse_kernels.cuh"
 #include "kernels/scalar/float_formats.h"
 #include "kernels/scalar/radix_digits.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::cuda {
 namespace {
@@ -255,7 +256,8 @@ __global__ void scatterSparseKernel(const Index* idx, const void* values, bool f
 }
 
 __global__ void randomKGatherKernel(const float* x, scalar::FeistelPermutation perm, size_t k, void* values,
-                                    bool fp16, float scale, float* residual) {
+                                    bool fp16, float scale, float limit, float* residual,
+                                    unsigned long long* saturated) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k; j += stride) {
     const uint64_t i = perm(j);
@@ -266,7 +268,9 @@ __global__ void randomKGatherKernel(const float* x, scalar::FeistelPermutation p
       static_cast<uint16_t*>(values)[j] = h;
       sent = scalar::halfBitsToFloat(h);
     } else {
-      static_cast<float*>(values)[j] = c;
+      sent = scalar::clampMagnitude(c, limit);  // unbiased: |c| x n/k must stay finite (scale_limits.h)
+      static_cast<float*>(values)[j] = sent;
+      if (sent != c && saturated) atomicAdd(saturated, 1ull);
     }
     if (residual) residual[i] = __fsub_rn(c, __fmul_rn(sent, scale));
   }
@@ -537,9 +541,11 @@ cudaError_t launchScatterSparse(const void* indices, bool wideIndices, const voi
 }
 
 cudaError_t launchRandomKGather(const float* x, scalar::FeistelPermutation perm, size_t k, void* values,
-                                bool fp16Values, float scale, float* residual, cudaStream_t stream) {
+                                bool fp16Values, float scale, float* residual, unsigned long long* saturated,
+                                cudaStream_t stream) {
   if (k == 0) return cudaSuccess;
-  randomKGatherKernel<<<detail::gridFor(k), kThreads, 0, stream>>>(x, perm, k, values, fp16Values, scale, residual);
+  randomKGatherKernel<<<detail::gridFor(k), kThreads, 0, stream>>>(x, perm, k, values, fp16Values, scale,
+                                                                   scalar::largestScaledValue(scale), residual, saturated);
   return cudaGetLastError();
 }
 

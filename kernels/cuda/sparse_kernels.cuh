@@ -56,10 +56,12 @@ cudaError_t thresholdSelect(const float* x, size_t n, size_t k, size_t minSample
 cudaError_t launchScatterSparse(const void* indices, bool wideIndices, const void* values, bool fp16Values,
                                 size_t count, float* out, bool accumulate, cudaStream_t stream);
 
-// Random-k: values[j] = x[perm(j)] (fp32 or fp16 bits), j < k; with residual (holding c = x):
+// Random-k: values[j] = x[perm(j)] (fp32 or fp16 bits), j < k, fp32 clamped to the largest magnitude whose
+// product with scale is finite (counted in *saturated, which may be null); with residual (holding c = x):
 // residual[perm(j)] = c - wire(c) * scale.
 cudaError_t launchRandomKGather(const float* x, scalar::FeistelPermutation perm, size_t k, void* values,
-                                bool fp16Values, float scale, float* residual, cudaStream_t stream);
+                                bool fp16Values, float scale, float* residual, unsigned long long* saturated,
+                                cudaStream_t stream);
 // out[perm(j)] += value[j] * scale (the caller zeroes out first for an overwrite).
 cudaError_t launchRandomKScatter(const void* values, bool fp16Values, scalar::FeistelPermutation perm, size_t k,
                                  float scale, float* out, cudaStream_t stream);

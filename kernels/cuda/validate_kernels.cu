@@ -23,11 +23,8 @@ cudaError_t findFirst(size_t count, IsBad isBad, unsigned long long* firstBad, c
 
 struct BadScale {
   const float* s;
-  bool allowZero;
-  __device__ bool operator()(size_t i) const {
-    const float v = s[i];
-    return !(isfinite(v) && v >= 0.0f && (allowZero || v > 0.0f));
-  }
+  scalar::ScaleRule rule;
+  __device__ bool operator()(size_t i) const { return !scalar::scaleAccepted(s[i], rule); }
 };
 
 struct BadOneBitMeans {
@@ -70,17 +67,22 @@ struct BadSparseEntry {
 struct NonFiniteValue {
   const void* values;
   bool fp16;
+  float scale;
   __device__ bool operator()(size_t j) const {
-    return fp16 ? !scalar::halfIsFinite(static_cast<const uint16_t*>(values)[j])
-                : !isfinite(static_cast<const float*>(values)[j]);
+    if (fp16) {
+      const uint16_t h = static_cast<const uint16_t*>(values)[j];
+      return !scalar::halfIsFinite(h) || !scalar::scaledValueDecodes(scalar::halfBitsToFloat(h), scale);
+    }
+    const float v = static_cast<const float*>(values)[j];
+    return !isfinite(v) || !scalar::scaledValueDecodes(v, scale);
   }
 };
 
 }  // namespace
 
-cudaError_t launchFindBadScales(const float* scales, size_t count, bool allowZero, unsigned long long* firstBad,
+cudaError_t launchFindBadScales(const float* scales, size_t count, scalar::ScaleRule rule, unsigned long long* firstBad,
                                 cudaStream_t stream) {
-  return findFirst(count, BadScale{scales, allowZero}, firstBad, stream);
+  return findFirst(count, BadScale{scales, rule}, firstBad, stream);
 }
 
 cudaError_t launchFindBadOneBitMeans(const float* means, size_t blocks, unsigned long long* firstBad,
@@ -111,9 +113,9 @@ cudaError_t launchFindBadSparseEntries(const void* indices, bool wideIndices, co
                    firstBad, stream);
 }
 
-cudaError_t launchFindNonFiniteValues(const void* values, bool fp16Values, size_t count, unsigned long long* firstBad,
-                                      cudaStream_t stream) {
-  return findFirst(count, NonFiniteValue{values, fp16Values}, firstBad, stream);
+cudaError_t launchFindNonFiniteValues(const void* values, bool fp16Values, float scale, size_t count,
+                                      unsigned long long* firstBad, cudaStream_t stream) {
+  return findFirst(count, NonFiniteValue{values, fp16Values, scale}, firstBad, stream);
 }
 
 }  // namespace gradcomp::cuda

@@ -10,11 +10,13 @@
 #include <cstdint>
 
 #include "kernels/scalar/float_formats.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::cuda {
 
-// Block scales: NaN/Inf, negative, or zero when !allowZero (index = block).
-cudaError_t launchFindBadScales(const float* scales, size_t count, bool allowZero, unsigned long long* firstBad,
+// Block scales that break the codec's rule (kernels/scalar/scale_limits.h: non-finite, negative, zero when
+// !allowZero, or a factor whose use in decoding overflows) (index = block).
+cudaError_t launchFindBadScales(const float* scales, size_t count, scalar::ScaleRule rule, unsigned long long* firstBad,
                                 cudaStream_t stream);
 // onebit's (positive, negative) mean pairs: positive finite >= 0, negative finite <= 0 (index = block).
 cudaError_t launchFindBadOneBitMeans(const float* means, size_t blocks, unsigned long long* firstBad,
@@ -31,8 +33,9 @@ cudaError_t launchFindTernaryCode3(const uint8_t* packed, size_t n, unsigned lon
 // indices: u32 or u64 (wideIndices); values: fp32 or fp16 bits.
 cudaError_t launchFindBadSparseEntries(const void* indices, bool wideIndices, const void* values, bool fp16Values,
                                        size_t count, uint64_t n, unsigned long long* firstBad, cudaStream_t stream);
-// Values only (random-k): non-finite fp32 or fp16.
-cudaError_t launchFindNonFiniteValues(const void* values, bool fp16Values, size_t count, unsigned long long* firstBad,
+// Values only (random-k): non-finite fp32 or fp16, or non-finite once multiplied by scale (n/k, unbiased).
+cudaError_t launchFindNonFiniteValues(const void* values, bool fp16Values, float scale, size_t count,
+                                      unsigned long long* firstBad,
                                       cudaStream_t stream);
 
 }  // namespace gradcomp::cuda

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "kernels/scalar/float_formats.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::scalar {
 
@@ -21,13 +22,6 @@ GRADCOMP_HD float floorRn(float v) {
   return floorf(v);
 #else
   return std::floor(v);
-#endif
-}
-GRADCOMP_HD double sqrtRn(double v) {  // IEEE sqrt, correctly rounded on both sides
-#if defined(__CUDA_ARCH__)
-  return sqrt(v);
-#else
-  return std::sqrt(v);
 #endif
 }
 
@@ -47,8 +41,10 @@ GRADCOMP_HD double laneSumSquares(const float* g, const float* e, uint64_t len, 
   return sum;
 }
 
-GRADCOMP_HD float l2NormOfLanes(double l0, double l1, double l2, double l3) {
-  return static_cast<float>(sqrtRn((l0 + l1) + (l2 + l3)));
+// The wire norm of a qsgd block with `levels` levels from its four lanes (scale_limits.h: capped so that
+// it decodes to finite values).
+GRADCOMP_HD float l2NormOfLanes(double l0, double l1, double l2, double l3, int levels) {
+  return qsgdWireNorm((l0 + l1) + (l2 + l3), levels);
 }
 
 // Lane `lane` of 8 of the block's sum of |c| (sign's scale).
@@ -84,19 +80,25 @@ GRADCOMP_HD float meanOf(double total, uint64_t count) {
 
 // ---------------------------------------------------------------- codes and decoded values
 
+GRADCOMP_HD int qsgdLevels(int bits) { return (1 << (bits - 1)) - 1; }
+
 // QSGD with s = 2^(bits-1) - 1 levels: sign << (bits-1) | floor(|c| / norm * s + u), the level clamped
-// to s; a zero level carries no sign.
-GRADCOMP_HD uint32_t qsgdCode(float c, float norm, int bits, float u) {
-  const int s = (1 << (bits - 1)) - 1;
-  const float toLevel = norm > 0.0f ? divRn(static_cast<float>(s), norm) : 0.0f;
-  float level = floorRn(addRn(mulRn(absRn(c), toLevel), u));
+// to s; a zero level carries no sign. |c| * s / norm as scale_limits.h's ratioScaling computes it (the
+// plain fl(|c| * fl(s / norm)) for norms in 2^-100 .. 2^100; normalized by a power of two outside).
+GRADCOMP_HD uint32_t qsgdCode(float c, const RatioScaling& toLevel, int bits, float u) {
+  const int s = qsgdLevels(bits);
+  float level = floorRn(addRn(scaledRatio(absRn(c), toLevel), u));
   level = level > static_cast<float>(s) ? static_cast<float>(s) : level;
   const uint32_t negative = signBit(c) && level > 0.0f;
   return (negative << (bits - 1)) | static_cast<uint32_t>(level);
 }
 
+GRADCOMP_HD uint32_t qsgdCode(float c, float norm, int bits, float u) {
+  return qsgdCode(c, ratioScaling(static_cast<float>(qsgdLevels(bits)), norm), bits, u);
+}
+
 GRADCOMP_HD float qsgdValue(uint32_t code, float norm, int bits) {
-  const int s = (1 << (bits - 1)) - 1;
+  const int s = qsgdLevels(bits);
   const float unit = divRn(norm, static_cast<float>(s));
   const float mag = mulRn(static_cast<float>(code & ((1u << (bits - 1)) - 1u)), unit);
   return (code >> (bits - 1)) ? -mag : mag;
@@ -104,11 +106,11 @@ GRADCOMP_HD float qsgdValue(uint32_t code, float norm, int bits) {
 
 // TernGrad: 1 -> +maxAbs, 2 -> -maxAbs (the sign bit decides, as std::signbit), 0 -> 0; nonzero with
 // probability |c| / maxAbs.
-GRADCOMP_HD uint32_t ternCode(float c, float maxAbs, float u) {
-  const float inv = maxAbs > 0.0f ? divRn(1.0f, maxAbs) : 0.0f;
-  const bool keep = u < mulRn(absRn(c), inv);
+GRADCOMP_HD uint32_t ternCode(float c, const RatioScaling& inv, float u) {
+  const bool keep = u < scaledRatio(absRn(c), inv);
   return keep ? (signBit(c) ? 2u : 1u) : 0u;
 }
+GRADCOMP_HD uint32_t ternCode(float c, float maxAbs, float u) { return ternCode(c, ratioScaling(1.0f, maxAbs), u); }
 
 GRADCOMP_HD float ternValue(uint32_t code, float maxAbs) { return code == 1 ? maxAbs : (code == 2 ? -maxAbs : 0.0f); }
 

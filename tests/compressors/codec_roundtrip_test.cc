@@ -18,13 +18,7 @@ using testing::decodeToVector;
 using testing::encodeToVector;
 using testing::normalVector;
 
-const std::vector<std::string> kSpecs = {
-    "none",          "fp16",           "fp16:prescale=0.125", "bf16",          "fp8-e4m3",
-    "fp8-e5m2",      "fp8-e4m3:block=7", "int8",              "int8:rounding=stochastic,block=100",
-    "qsgd",          "qsgd:bits=2",    "qsgd:bits=8,block=33", "terngrad",     "topk",
-    "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
-    "threshold:ratio=0.05", "sign",   "sign:block=9",        "onebit",        "onebit:block=13",
-};
+const std::vector<std::string>& kSpecs = testing::kCodecConfigurations;
 // Bitwise equality of two float arrays (memcmp would receive null pointers for n = 0).
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);

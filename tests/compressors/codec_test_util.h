@@ -1,14 +1,30 @@
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "compressors/compressor.h"
+#include "core/error.h"
 
 namespace gradcomp::testing {
+
+// The codec configurations every codec-wide test runs over: each codec, with its parameters' variants
+// (the invariants, the range edges and the golden wire hashes). A new codec adds its rows here.
+inline const std::vector<std::string> kCodecConfigurations = {
+    "none",          "fp16",           "fp16:prescale=0.125", "bf16",          "fp8-e4m3",
+    "fp8-e5m2",      "fp8-e4m3:block=7", "int8",              "int8:rounding=stochastic,block=100",
+    "qsgd",          "qsgd:bits=2",    "qsgd:bits=8,block=33", "terngrad",     "topk",
+    "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
+    "randomk:ratio=0.25,unbiased=true",
+    "threshold:ratio=0.05", "sign",   "sign:block=9",        "onebit",        "onebit:block=13",
+};
 
 // A 16-byte aligned byte buffer (the encode contract) pre-filled with a pattern, so tests notice
 // output that depends on what the buffer held before.
@@ -49,6 +65,34 @@ inline std::vector<float> decodeToVector(const Compressor& c, std::span<const st
   std::vector<float> out(n, -7.0f);
   c.decode(wire, out, DecodeMode::Overwrite);
   return out;
+}
+
+// Rewrites header fields and re-signs the checksum, as a buggy (not random) sender would.
+inline void rewrite(std::vector<std::byte>& w, const std::function<void(WireHeader&)>& edit) {
+  WireHeader h = headerOf(w);
+  edit(h);
+  h.checksum = headerChecksum(h);
+  std::memcpy(w.data(), &h, sizeof h);
+}
+
+// Overwrites the bytes of `value` at `offset` (payload corruption; the header stays valid).
+template <typename T>
+void poke(std::vector<std::byte>& w, size_t offset, T value) {
+  std::memcpy(w.data() + offset, &value, sizeof(T));
+}
+
+// Expects a DecodeError mentioning `text`, and `out` untouched (both modes).
+inline void expectRejected(const Compressor& c, const std::vector<std::byte>& w, size_t n, const std::string& text) {
+  for (DecodeMode mode : {DecodeMode::Overwrite, DecodeMode::Accumulate}) {
+    std::vector<float> out(n, 42.0f);
+    try {
+      c.decode(w, out, mode);
+      ADD_FAILURE() << c.name() << ": accepted a buffer that should fail with '" << text << "'";
+    } catch (const DecodeError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << "message: " << e.what();
+    }
+    for (float v : out) ASSERT_EQ(v, 42.0f) << "decode wrote before failing";
+  }
 }
 
 }  // namespace gradcomp::testing

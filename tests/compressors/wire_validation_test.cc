@@ -16,27 +16,9 @@ using testing::encodeToVector;
 using testing::headerOf;
 using testing::normalVector;
 
-// Rewrites header fields and re-signs the checksum, as a buggy (not random) sender would.
-void rewrite(std::vector<std::byte>& w, const std::function<void(WireHeader&)>& edit) {
-  WireHeader h = headerOf(w);
-  edit(h);
-  h.checksum = headerChecksum(h);
-  std::memcpy(w.data(), &h, sizeof h);
-}
-
-// Expects a DecodeError mentioning `text`, and `out` untouched (both modes).
-void expectRejected(const Compressor& c, const std::vector<std::byte>& w, size_t n, const std::string& text) {
-  for (DecodeMode mode : {DecodeMode::Overwrite, DecodeMode::Accumulate}) {
-    std::vector<float> out(n, 42.0f);
-    try {
-      c.decode(w, out, mode);
-      ADD_FAILURE() << c.name() << ": accepted a buffer that should fail with '" << text << "'";
-    } catch (const DecodeError& e) {
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << "message: " << e.what();
-    }
-    for (float v : out) ASSERT_EQ(v, 42.0f) << "decode wrote before failing";
-  }
-}
+using testing::expectRejected;
+using testing::poke;
+using testing::rewrite;
 
 class EveryCodec : public ::testing::TestWithParam<std::string> {};
 
@@ -131,10 +113,6 @@ INSTANTIATE_TEST_SUITE_P(All, EveryCodec, ::testing::ValuesIn(codecNames()), [](
 });
 
 // Payload-level corruption, codec by codec (the header stays valid).
-template <typename T>
-void poke(std::vector<std::byte>& w, size_t offset, T value) {
-  std::memcpy(w.data() + offset, &value, sizeof(T));
-}
 
 TEST(PayloadValidation, SparseIndicesOutOfRangeDuplicatedOrUnsorted) {
   auto c = makeCompressor("topk:k=3");

@@ -1,7 +1,10 @@
 // Replays the fuzzer's seed corpus (and any crash reproducers saved beside it) through the fuzz
-// target in the normal test run; each seed, being a real encoder output, must also decode cleanly.
+// target in the normal test run; each seed, being a real encoder output, must also decode cleanly, to
+// finite values. The regression files (forged wires that decoders once accepted although they decode to
+// Inf/NaN) must each be refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "compressors/registry.h"
+#include "core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -31,6 +35,7 @@ TEST(FuzzCorpus, EverySeedDecodesAndSurvivesTheTarget) {
     const WireHeader h = parseHeader(bytes);
     std::vector<float> out(h.numElements);
     EXPECT_NO_THROW(decodeAnyWire(bytes, out, DecodeMode::Overwrite)) << entry.path();
+    for (float v : out) ASSERT_TRUE(std::isfinite(v)) << entry.path();
     // Mutations of the seed: every single-byte change and every truncation is handled.
     for (size_t i = 0; i < bytes.size(); ++i) {
       auto m = bytes;
@@ -40,7 +45,21 @@ TEST(FuzzCorpus, EverySeedDecodesAndSurvivesTheTarget) {
     }
     ++seeds;
   }
-  EXPECT_GE(seeds, 50u) << "seed corpus missing: run make_corpus";
+  EXPECT_GE(seeds, 80u) << "seed corpus missing: run make_corpus";
+}
+
+TEST(FuzzCorpus, EveryRegressionIsRefused) {
+  size_t cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(GRADCOMP_REGRESSION_DIR)) {
+    const auto bytes = readFile(entry.path());
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());  // traps if accepted
+    const WireHeader h = parseHeader(bytes);
+    std::vector<float> out(h.numElements, 42.0f);
+    EXPECT_THROW(decodeAnyWire(bytes, out, DecodeMode::Overwrite), DecodeError) << entry.path();
+    for (float v : out) ASSERT_EQ(v, 42.0f) << entry.path();
+    ++cases;
+  }
+  EXPECT_GE(cases, 6u) << "regression files missing: run make_corpus CORPUS REGRESSIONS";
 }
 
 }  // namespace

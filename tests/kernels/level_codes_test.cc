@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -59,8 +60,8 @@ TEST(LevelCodes, BlockStatisticsMatchTheCpuLaneOrder) {
       // qsgd: L2 norm over 4 lanes.
       const float norm = scalar::l2NormOfLanes(
           scalar::laneSumSquares(b.g.data(), e, len, 0), scalar::laneSumSquares(b.g.data(), e, len, 1),
-          scalar::laneSumSquares(b.g.data(), e, len, 2), scalar::laneSumSquares(b.g.data(), e, len, 3));
-      EXPECT_EQ(bitsOf(norm), bitsOf(cpu::blockL2Norm(b.c.data(), len)));
+          scalar::laneSumSquares(b.g.data(), e, len, 2), scalar::laneSumSquares(b.g.data(), e, len, 3), 7);
+      EXPECT_EQ(bitsOf(norm), bitsOf(cpu::blockL2Norm(b.c.data(), len, 7)));
       // sign: mean |c| over 8 lanes.
       double lanes[8];
       for (unsigned j = 0; j < 8; ++j) lanes[j] = scalar::laneSumAbs(b.g.data(), e, len, j);
@@ -84,13 +85,17 @@ TEST(LevelCodes, BlockStatisticsMatchTheCpuLaneOrder) {
 
 TEST(LevelCodes, QsgdAndTernGradCodesAndValuesMatchTheCpu) {
   const auto stream = scalar::RngStream::make(5, 1, 2, 3);
+  // Blocks at the edges of the fp32 range too: norms and maxima below 2^-100 (subnormal ones included) and
+  // above 2^100 take the power-of-two normalized ratio (scale_limits.h), on the CPU's scalar tail.
+  for (const float magnitude : {1.0f, 1e-33f, 1e-41f, 1e34f, 1e-4f * 3.4e38f})
   for (size_t len : kLengths) {
-    const Block b = makeBlock(len, len, false);
+    Block b = makeBlock(len, len, false);
+    for (float& v : b.c) v = std::min(std::max(v * magnitude, -3.4e38f), 3.4e38f);
     std::vector<float> u(len), decoded(len);
     std::vector<uint8_t> codes(len);
     cpu::fillUniforms(stream, 1000, len, u.data());
     for (int bits = 2; bits <= 8; ++bits) {
-      SCOPED_TRACE(::testing::Message() << "len=" << len << " bits=" << bits);
+      SCOPED_TRACE(::testing::Message() << "len=" << len << " bits=" << bits << " magnitude=" << magnitude);
       const float norm = cpu::encodeQsgdBlock(b.c.data(), len, bits, u.data(), codes.data());
       cpu::decodeQsgdBlock(codes.data(), len, bits, norm, decoded.data(), false);
       for (size_t i = 0; i < len; ++i) {
