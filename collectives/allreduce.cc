@@ -71,8 +71,8 @@ std::string AllreduceAlgorithm::describe() const {
   std::ostringstream o;
   o << config_.algorithm;
   if (config_.algorithm == "hierarchical") o << '/' << config_.interAlgorithm;
-  o << " codec=" << payload_.codecSpec() << " ef=" << payload_.errorFeedbackSpec() << ' ' << reduceOpName(config_.op)
-    << " seed=" << config_.seed;
+  o << " codec=" << payload_.canonicalCodecSpec() << " ef=" << payload_.canonicalErrorFeedbackSpec() << ' '
+    << reduceOpName(config_.op) << " seed=" << config_.seed << " chunk=" << config_.chunkBytes;
   return o.str();
 }
 
@@ -109,6 +109,9 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
                    " transport needs CUDA reduction and codec kernels that are not dispatched yet; use 'vendor' there, "
                    "or the MPI transport with a CUDA ExecContext (host staging)");
   GRADCOMP_CHECK_ARG(call.tensorId <= kMaxTensorId, "tensor id ", call.tensorId, " exceeds ", kMaxTensorId);
+  // Taken before anything reads the communicator (its traffic counters included): a second thread is
+  // refused here, before it can disturb the operation that holds it.
+  const Communicator::OperationScope scope(comm, "all-reduce");
 
   AllreduceReport report;
   const TrafficStats& t = comm.traffic();
@@ -118,8 +121,10 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
 
   OpDescriptor op;
   op.operation = "all-reduce";
-  op.sequence = comm.nextSequence();
+  op.sequence = scope.sequence();
   op.count = data.size();
+  op.tensorId = call.tensorId;
+  op.step = call.step;
   op.config = describe() + (call.check ? " check" : "");
   // Lossy paths reject NaN/Inf; find them first so every rank applies the same policy. The scan is
   // part of what compression costs, so it is counted as encode time.

@@ -52,7 +52,7 @@ struct AllreduceCall {
 struct AllreduceReport {
   uint64_t sequence = 0;
   uint64_t bytesSent = 0, bytesSentIntra = 0, bytesSentInter = 0;  // this rank's data bytes, this operation
-  uint64_t controlBytesSent = 0;  // the agreement check's descriptors (136 bytes x ceil(log2 P) rounds)
+  uint64_t controlBytesSent = 0;  // the agreement check's descriptors (kAgreementDescriptorBytes x ceil(log2 P) rounds)
   CodecCost cost;
   double relativeError = -1;  // check mode: ||result - exact|| / ||exact|| (0 when exact is zero)
   uint64_t skippedNonFinite = 0;

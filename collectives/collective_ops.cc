@@ -20,18 +20,20 @@ CollectiveOps::CollectiveOps(CollectiveConfig config)
 
 std::string CollectiveOps::describe() const {
   std::ostringstream o;
-  o << "codec=" << payload_.codecSpec() << " ef=" << payload_.errorFeedbackSpec() << ' ' << reduceOpName(config_.op)
-    << " seed=" << config_.seed;
+  o << "codec=" << payload_.canonicalCodecSpec() << " ef=" << payload_.canonicalErrorFeedbackSpec() << ' '
+    << reduceOpName(config_.op) << " seed=" << config_.seed << " chunk=" << config_.chunkBytes;
   return o.str();
 }
 
-uint64_t CollectiveOps::begin(const char* operation, uint64_t count, int64_t root, Communicator& comm,
-                              std::span<const float> input) {
+uint64_t CollectiveOps::begin(const Communicator::OperationScope& scope, const char* operation, uint64_t count,
+                              int64_t root, Communicator& comm, std::span<const float> input, const AllreduceCall& call) {
   OpDescriptor op;
   op.operation = operation;
-  op.sequence = comm.nextSequence();
+  op.sequence = scope.sequence();
   op.count = count;
   op.root = root;
+  op.tensorId = call.tensorId;
+  op.step = call.step;
   op.config = describe();
   if (!payload_.raw()) {
     const uint64_t bad = firstNonFinite(input);
@@ -60,6 +62,7 @@ CollectiveReport CollectiveOps::finish(uint64_t sequence, uint64_t bytes0, const
 
 CollectiveReport CollectiveOps::reduceScatter(std::span<const float> input, std::span<float> output,
                                               Communicator& comm, const AllreduceCall& call) {
+  const Communicator::OperationScope scope(comm, "reduce-scatter");
   const Segments seg{input.size(), static_cast<size_t>(comm.size())};
   const size_t mine = static_cast<size_t>(comm.rank());
   GRADCOMP_CHECK_EQ(output.size(), seg.size(mine), "reduce-scatter of ", input.size(), " elements over ",
@@ -69,7 +72,7 @@ CollectiveReport CollectiveOps::reduceScatter(std::span<const float> input, std:
                        payload_.codecSpec(), "': it re-encodes partial sums per hop");
   const uint64_t bytes0 = comm.traffic().totalBytesSent();
   const CodecCost cost0 = payload_.cost();
-  const uint64_t seq = begin("reduce-scatter", input.size(), -1, comm, input);
+  const uint64_t seq = begin(scope, "reduce-scatter", input.size(), -1, comm, input, call);
   std::vector<float> work(input.begin(), input.end());
   const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed, &scratch_};
   if (payload_.raw())
@@ -84,11 +87,12 @@ CollectiveReport CollectiveOps::reduceScatter(std::span<const float> input, std:
 
 CollectiveReport CollectiveOps::allGather(std::span<const float> mine, std::span<float> output, Communicator& comm,
                                           const AllreduceCall& call) {
+  const Communicator::OperationScope scope(comm, "all-gather");
   const size_t m = mine.size(), p = static_cast<size_t>(comm.size()), r = static_cast<size_t>(comm.rank());
   GRADCOMP_CHECK_EQ(output.size(), m * p, "all-gather: the output holds one block of ", m, " per rank");
   const uint64_t bytes0 = comm.traffic().totalBytesSent();
   const CodecCost cost0 = payload_.cost();
-  const uint64_t seq = begin("all-gather", m, -1, comm, mine);
+  const uint64_t seq = begin(scope, "all-gather", m, -1, comm, mine, call);
   std::copy(mine.begin(), mine.end(), output.begin() + static_cast<ptrdiff_t>(r * m));
   const RingContext rc{comm, seq, 1, call.tensorId, call.step, config_.seed, &scratch_};
   if (payload_.raw())
@@ -100,12 +104,13 @@ CollectiveReport CollectiveOps::allGather(std::span<const float> mine, std::span
 
 CollectiveReport CollectiveOps::broadcast(std::span<float> data, int root, Communicator& comm,
                                           const AllreduceCall& call) {
+  const Communicator::OperationScope scope(comm, "broadcast");
   const int p = comm.size(), r = comm.rank();
   GRADCOMP_CHECK_ARG(root >= 0 && root < p, "broadcast root ", root, " outside [0, ", p, ")");
   const uint64_t bytes0 = comm.traffic().totalBytesSent();
   const CodecCost cost0 = payload_.cost();
-  const uint64_t seq = begin("broadcast", data.size(), root, comm, r == root ? std::span<const float>(data)
-                                                                             : std::span<const float>());
+  const uint64_t seq = begin(scope, "broadcast", data.size(), root, comm,
+                             r == root ? std::span<const float>(data) : std::span<const float>(), call);
   const Tag tag = makeTag(seq, 1);
   const int vr = (r - root + p) % p;
   auto real = [&](int v) { return (v + root) % p; };
@@ -139,6 +144,7 @@ CollectiveReport CollectiveOps::broadcast(std::span<float> data, int root, Commu
 
 CollectiveReport CollectiveOps::allToAll(std::span<const float> input, std::span<float> output, Communicator& comm,
                                          const AllreduceCall& call) {
+  const Communicator::OperationScope scope(comm, "all-to-all");
   const int p = comm.size(), r = comm.rank();
   GRADCOMP_CHECK_ARG(input.size() % static_cast<size_t>(p) == 0, "all-to-all: ", input.size(),
                      " elements do not split into ", p, " equal blocks");
@@ -146,7 +152,7 @@ CollectiveReport CollectiveOps::allToAll(std::span<const float> input, std::span
   const size_t m = input.size() / static_cast<size_t>(p);
   const uint64_t bytes0 = comm.traffic().totalBytesSent();
   const CodecCost cost0 = payload_.cost();
-  const uint64_t seq = begin("all-to-all", input.size(), -1, comm, input);
+  const uint64_t seq = begin(scope, "all-to-all", input.size(), -1, comm, input, call);
   const Tag tag = makeTag(seq, 1);
   auto block = [&](auto span, int q) { return span.subspan(static_cast<size_t>(q) * m, m); };
   std::copy_n(block(input, r).begin(), m, block(output, r).begin());

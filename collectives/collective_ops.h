@@ -50,8 +50,9 @@ class CollectiveOps {
   PayloadCodec& payload() { return payload_; }
 
  private:
-  uint64_t begin(const char* operation, uint64_t count, int64_t root, Communicator& comm,
-                 std::span<const float> input);
+  // The agreement check of one operation (run under its OperationScope); returns its sequence number.
+  uint64_t begin(const Communicator::OperationScope& scope, const char* operation, uint64_t count, int64_t root,
+                 Communicator& comm, std::span<const float> input, const AllreduceCall& call);
   CollectiveReport finish(uint64_t sequence, uint64_t bytes0, const CodecCost& cost0, const Communicator& comm);
   std::string describe() const;
 

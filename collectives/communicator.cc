@@ -79,6 +79,28 @@ void Communicator::throwTimeout(const Request& r, const char* what) const {
                  "); the peer is dead, stopped, slow, or running a different operation");
 }
 
+Communicator::OperationScope::OperationScope(Communicator& comm, const char* operation) : comm_(comm) {
+  const std::thread::id me = std::this_thread::get_id();
+  std::thread::id expected{};
+  if (!comm.owner_.compare_exchange_strong(expected, me) && expected != me) {
+    const char* running = comm.currentOperation_.load();
+    GRADCOMP_THROW(ConcurrentUse, comm.transport_, " rank ", comm.rank_, ": ", operation,
+                   " started while another thread is running ", running ? running : "an operation",
+                   " on the same communicator. Ranks number operations in the order their threads arrive, which "
+                   "differs between ranks, so this would pair one tensor's messages with another's; use one "
+                   "communicator per thread (split() one for each) or run the operations one after another");
+  }
+  if (comm.scopeDepth_++ == 0) comm.currentOperation_.store(operation);
+  sequence_ = comm.sequence_++;
+}
+
+Communicator::OperationScope::~OperationScope() {
+  if (--comm_.scopeDepth_ == 0) {
+    comm_.currentOperation_.store(nullptr);
+    comm_.owner_.store(std::thread::id{});
+  }
+}
+
 void Communicator::vendorAllreduceSum(std::span<float>, Deadline, uint64_t, bool) {
   GRADCOMP_THROW(BackendUnavailable, "the ", transport_,
                  " communicator has no vendor all-reduce (algorithm 'vendor' needs the MPI or NCCL transport)");
@@ -86,7 +108,8 @@ void Communicator::vendorAllreduceSum(std::span<float>, Deadline, uint64_t, bool
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   GRADCOMP_CHECK_ARG(color >= 0, "split color must be >= 0, got ", color);
-  const uint64_t seq = nextSequence();
+  const OperationScope scope(*this, "split");
+  const uint64_t seq = scope.sequence();
   int32_t mine[2] = {color, key};
   const auto all = allgatherSmall(*this, std::as_bytes(std::span(mine)), makeTag(seq, 0xFE), "split");
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color

@@ -12,12 +12,14 @@
 //    every algorithm really put on each link.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gradcomp {
@@ -124,9 +126,27 @@ class Communicator {
   void setTimeoutSeconds(double s);
   Deadline deadline() const { return Deadline::after(options_.timeoutSeconds); }
 
-  // Sequence number of the next collective on this communicator (same on every rank that runs the
-  // same operations in the same order).
-  uint64_t nextSequence() { return sequence_++; }
+  // One operation at a time. Every operation on a communicator (a collective, a split, a small exchange)
+  // holds an OperationScope for its duration; the scope numbers it (the same number on every rank that
+  // runs the same operations in the same order: tags and the agreement check carry it). Ranks number
+  // operations in the order their threads arrive, and that order differs between ranks, so two threads
+  // running operations on one communicator at once would pair one tensor's messages with another's and
+  // sum them crosswise. A second thread that starts an operation while another thread's is running gets
+  // ConcurrentUse at once, naming both; one thread handing the communicator to another between
+  // operations (the gradient reducer's communication thread, then the trainer) is fine. For concurrent
+  // streams of operations, split() a communicator per thread. Scopes nest on the thread that holds one.
+  class OperationScope {
+   public:
+    OperationScope(Communicator& comm, const char* operation);
+    ~OperationScope();
+    OperationScope(const OperationScope&) = delete;
+    OperationScope& operator=(const OperationScope&) = delete;
+    uint64_t sequence() const { return sequence_; }
+
+   private:
+    Communicator& comm_;
+    uint64_t sequence_;
+  };
 
   virtual Request isend(std::span<const std::byte> data, int peer, Tag tag) = 0;
   virtual Request irecv(std::span<std::byte> buffer, int peer, Tag tag) = 0;
@@ -171,6 +191,13 @@ class Communicator {
   std::shared_ptr<TrafficStats> traffic_;
   uint64_t sequence_ = 0;
   uint64_t id_;
+
+ private:
+  // The thread running an operation (default id: none), how deeply its scopes nest (touched by that
+  // thread only), and the outermost operation's name for the other thread's error.
+  std::atomic<std::thread::id> owner_{};
+  int scopeDepth_ = 0;
+  std::atomic<const char*> currentOperation_{nullptr};
 };
 
 // Waits for every valid request in order (each with the same deadline).

@@ -3,7 +3,8 @@
 // all-reduce that shard with the inter-node algorithm (any other algorithm, with the codec); an
 // uncompressed intra-node all-gather completes the result. Inter-node bytes per rank shrink by the
 // ranks-per-node factor times the codec's ratio. Needs the same number of ranks on every node (refused
-// otherwise, naming the counts).
+// otherwise, naming the counts). A codec on ranks that are all on one node would never run: refused too,
+// rather than silently sending uncompressed data.
 #include <map>
 #include <sstream>
 
@@ -36,13 +37,23 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
       GRADCOMP_THROW(InvalidArgument, "hierarchical all-reduce needs the same number of ranks on every node, got",
                      o.str(), " use 'ring' or set ranks per node to a divisor of the world size");
     }
+    // Every rank sees the same layout (the agreement check compared it), so every rank refuses alike.
+    GRADCOMP_CHECK_ARG(comm.numNodes() > 1 || inner_->payload().raw() || comm.size() == 1,
+                       "hierarchical all-reduce compresses only between nodes, and these ", comm.size(),
+                       " ranks are all on one node: codec '", inner_->payload().codecSpec(),
+                       "' would never run. Use algorithm 'ring' (or 'allgather') to compress on one node, set ranks "
+                       "per node to split the ranks into nodes, or use codec 'none'");
     Groups& g = groupsFor(comm);
     const Segments shards{data.size(), static_cast<size_t>(perNode)};
     const size_t local = static_cast<size_t>(g.intra->rank());
-    const RingContext rc{*g.intra, g.intra->nextSequence(), 1, op.tensorId, op.step, config_.seed, &scratch_};
+    const Communicator::OperationScope intraScope(*g.intra, "hierarchical all-reduce (intra-node)");
+    const RingContext rc{*g.intra, intraScope.sequence(), 1, op.tensorId, op.step, config_.seed, &scratch_};
     ringReduceScatterRaw(rc, data, config_.chunkBytes);
     const auto shard = data.subspan(shards.begin(local), shards.size(local));
-    if (g.inter->size() > 1) inner_->sum(shard, *g.inter, {g.inter->nextSequence(), op.tensorId, op.step});
+    if (g.inter->size() > 1) {
+      const Communicator::OperationScope interScope(*g.inter, "hierarchical all-reduce (inter-node)");
+      inner_->sum(shard, *g.inter, {interScope.sequence(), op.tensorId, op.step});
+    }
     ringAllgatherRaw(rc, data, config_.chunkBytes);
   }
 

@@ -164,7 +164,8 @@ std::unique_ptr<Communicator> makeNcclCommunicator(Communicator& bootstrap, int 
   GRADCOMP_CHECK_ARG(!bootstrap.deviceBuffers(), "the NCCL bootstrap must be a host communicator (MPI, in-process)");
   GRADCOMP_CUDA_CHECK(cudaSetDevice(cudaDevice));
   ncclUniqueId id;
-  const uint64_t seq = bootstrap.nextSequence();
+  const Communicator::OperationScope scope(bootstrap, "NCCL bootstrap");
+  const uint64_t seq = scope.sequence();
   const Tag tag = makeTag(seq, 0x50);
   if (bootstrap.rank() == 0) {
     GRADCOMP_NCCL_CHECK(ncclGetUniqueId(&id));

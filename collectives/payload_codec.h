@@ -42,6 +42,9 @@ class PayloadCodec {
   const ErrorFeedback& errorFeedback() const { return *ef_; }
   const std::string& codecSpec() const { return codecSpec_; }
   const std::string& errorFeedbackSpec() const { return efSpec_; }
+  // Normal forms (defaults filled in): what the agreement check compares across ranks.
+  const std::string& canonicalCodecSpec() const { return codec_->canonicalSpec(); }
+  const std::string& canonicalErrorFeedbackSpec() const { return ef_->canonicalSpec(); }
   // codec none with no error feedback: the algorithms move raw fp32 instead of wire buffers.
   bool raw() const { return raw_; }
 

@@ -32,6 +32,8 @@ class PeerFailure : public Error { using Error::Error; };
 class CollectiveMismatch : public Error { using Error::Error; };
 // The transport itself failed (MPI / NCCL error code, a message larger than its receive buffer).
 class TransportError : public Error { using Error::Error; };
+// A communicator was used by a second thread while an operation of another thread was running on it.
+class ConcurrentUse : public Error { using Error::Error; };
 // Training produced a non-finite loss (the learning rate, or a codec without error feedback, blew up).
 class TrainingDiverged : public Error { using Error::Error; };
 

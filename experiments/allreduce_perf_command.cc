@@ -29,7 +29,8 @@ struct Row {
 
 // The largest value over the ranks (the collective is as slow as its slowest rank).
 std::vector<double> maxOverRanks(Communicator& comm, std::vector<double> mine) {
-  const auto all = allgatherSmall(comm, std::as_bytes(std::span(mine)), makeTag(comm.nextSequence(), 0xF0),
+  const Communicator::OperationScope scope(comm, "allreduce-perf statistics");
+  const auto all = allgatherSmall(comm, std::as_bytes(std::span(mine)), makeTag(scope.sequence(), 0xF0),
                                   "allreduce-perf statistics");
   std::vector<double> out(mine.size(), -1e300);
   for (int r = 0; r < comm.size(); ++r)

@@ -211,7 +211,8 @@ TrainResult trainOnCommunicator(const TrainConfig& config, const DataSplit& data
   }
   // Every rank must resume from the same step, or the collectives would pair different steps.
   {
-    const auto all = allgatherSmall(comm, std::as_bytes(std::span(&firstStep, 1)), makeTag(comm.nextSequence(), 0xE0),
+    const Communicator::OperationScope scope(comm, "resume-step agreement");
+    const auto all = allgatherSmall(comm, std::as_bytes(std::span(&firstStep, 1)), makeTag(scope.sequence(), 0xE0),
                                     "resume-step agreement");
     for (int r = 0; r < ranks; ++r) {
       uint64_t theirs;

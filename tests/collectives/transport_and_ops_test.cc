@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/agreement.h"
 #include "collectives/allreduce.h"
 #include "collectives/collective_ops.h"
 #include "collectives/ring_primitives.h"
@@ -105,8 +106,8 @@ TEST(Split, SubCommunicatorsHaveTheirRanksAndCountIntoTheRootTraffic) {
     std::vector<float> x(300, 1.0f);
     algo->run(x, *inter);
     EXPECT_EQ(x[0], 2.0f);
-    // 2(P-1)/P * S with P = 2, plus one 136-byte agreement descriptor.
-    EXPECT_EQ(comm.traffic().bytesSent(LinkClass::Inter) - before, 300u * 4 + 136);
+    // 2(P-1)/P * S with P = 2, plus one agreement descriptor.
+    EXPECT_EQ(comm.traffic().bytesSent(LinkClass::Inter) - before, 300u * 4 + kAgreementDescriptorBytes);
     // Key order reverses ranks.
     auto reversed = comm.split(0, -comm.rank());
     EXPECT_EQ(reversed->rank(), 5 - comm.rank());

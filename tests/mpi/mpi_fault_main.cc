@@ -2,6 +2,12 @@
 //   RESULT rank=<r> outcome=<ok|ExceptionType> seconds=<elapsed> message=<what>
 // and exits without MPI_Finalize after a failure (finalizing next to a dead peer can block forever).
 //   --fault none|kill|stop|exit|delay|mismatch|truncate   what the victim rank does
+//   --fault layout|chunk     the victim is configured differently (ranks per node; pipeline chunk size):
+//                            every rank must fail with CollectiveMismatch at once, not at the deadline
+//   --fault spelling         the victim names the codec differently but equivalently ("int8:block=256"):
+//                            every rank must succeed
+//   --fault threads          rank 0 starts a second all-reduce from another thread while its first one
+//                            waits for a late peer: that one is refused (CONCURRENT line), the first completes
 //   --fault sweep   no fault: every algorithm on exact integer data and on normal data; prints
 //                   CASE rank=<r> name=<case> hash=<fnv of the result bytes> exact=<0|1|->
 //                   so the driver can check that all ranks hold the same bits.
@@ -9,8 +15,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "collectives/allreduce.h"
 #include "collectives/mpi_communicator.h"
@@ -24,6 +32,7 @@ const char* typeOf(const std::exception& e) {
   if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
   if (dynamic_cast<const PeerFailure*>(&e)) return "PeerFailure";
   if (dynamic_cast<const CollectiveMismatch*>(&e)) return "CollectiveMismatch";
+  if (dynamic_cast<const ConcurrentUse*>(&e)) return "ConcurrentUse";
   if (dynamic_cast<const DecodeError*>(&e)) return "DecodeError";
   if (dynamic_cast<const TransportError*>(&e)) return "TransportError";
   return "Error";
@@ -94,6 +103,11 @@ int main(int argc, char** argv) {
   CommunicatorOptions options;
   options.timeoutSeconds = timeout;
   options.ranksPerNode = ranksPerNode;
+  // layout: the victim sees other nodes than its peers (one rank per node against their two); its rank
+  // is needed before the communicator exists, so it comes from the launcher.
+  const char* launchedRank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (fault == "layout" && launchedRank && std::atoi(launchedRank) == victim)
+    options.ranksPerNode = ranksPerNode == 1 ? 2 : 1;
   auto world = session.world(options);
   const int rank = world->rank();
   std::printf("PID rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
@@ -111,8 +125,36 @@ int main(int argc, char** argv) {
     AllreduceConfig cfg;
     cfg.algorithm = "ring";
     cfg.codec = codec;
+    if (rank == victim && fault == "chunk") cfg.chunkBytes = 64 * 1024;
+    if (rank == victim && fault == "spelling" && codec == "int8") cfg.codec = "int8:rounding=nearest,block=256";
     auto algo = AllreduceAlgorithm::make(cfg);
     auto x = gradcomp::testing::normalInput(rank, n);
+    if (fault == "threads") {
+      // Rank 1 arrives late; meanwhile rank 0's second thread tries the communicator rank 0's first
+      // thread is holding.
+      if (rank == 1) usleep(500000);
+      std::string refused = "-";
+      std::thread other;
+      if (rank == 0)
+        other = std::thread([&] {
+          usleep(100000);
+          auto second = AllreduceAlgorithm::make(cfg);
+          auto y = gradcomp::testing::normalInput(rank, n);
+          try {
+            second->run(y, *world, {2, 0, false});
+            refused = "no";
+          } catch (const std::exception& e) {
+            refused = typeOf(e);
+          }
+        });
+      algo->run(x, *world, {1, 0, false});
+      if (other.joinable()) other.join();
+      if (rank == 0) std::printf("CONCURRENT rank=0 second=%s\n", refused.c_str());
+      std::printf("RESULT rank=%d outcome=ok seconds=%.3f message=-\n", rank,
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fflush(stdout);
+      return 0;
+    }
     algo->run(x, *world);  // one good operation first: the peers are connected
     if (rank == victim) {
       if (fault == "kill") raise(SIGKILL);

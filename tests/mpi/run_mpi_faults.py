@@ -9,6 +9,11 @@ every rank reports (tests/mpi/mpi_fault_main.cc). Each job runs under an outer t
                         naming a peer (the victim's neighbours name the victim).
   mismatch:             every rank fails with CollectiveMismatch naming both counts.
   truncate:             the victim's right neighbour rejects the payload (DecodeError); nobody hangs.
+  layout / chunk:       the victim has another ranks-per-node / pipeline chunk size: every rank fails
+                        with CollectiveMismatch at once (before, the peers waited for the deadline).
+  spelling:             the victim writes the codec differently but equivalently: everyone succeeds.
+  threads:              a second thread of rank 0 is refused (ConcurrentUse) while its first one runs;
+                        the first completes on every rank.
 Open MPI's --enable-recovery keeps mpirun from killing the survivors when a rank dies, so they can
 report; that is what a user running with a deadline gets.
 """
@@ -85,7 +90,10 @@ def check(cond, what, lines=None):
 
 
 def sweep(args, np):
-    extra = ["--fault", "sweep", "--timeout", "60"] + (["--ranks-per-node", "2"] if np % 2 == 0 else [])
+    # Several nodes at every size (hierarchical with a codec is refused on one node: it would never
+    # compress): 2 ranks per node where that divides the world, else one.
+    per_node = "2" if np % 2 == 0 and np > 2 else "1"
+    extra = ["--fault", "sweep", "--timeout", "60", "--ranks-per-node", per_node]
     results, lines = run_job(args, np, extra, np, 240)
     check(len(results) == np and all(r[0] == "ok" for r in results.values()), f"sweep np={np}: every rank ok", lines)
     cases = {}
@@ -100,17 +108,24 @@ def sweep(args, np):
     print(f"sweep np={np}: {len(cases)} cases, identical on {np} ranks")
 
 
-def fault(args, np, kind, deadline=2.0, victim=1):
-    extra = ["--fault", kind, "--victim", str(victim), "--timeout", str(deadline)]
-    survivors = [r for r in range(np) if r != victim or kind in ("mismatch", "truncate", "delay")]
+def fault(args, np, kind, deadline=2.0, victim=1, extra_args=()):
+    extra = ["--fault", kind, "--victim", str(victim), "--timeout", str(deadline)] + list(extra_args)
+    survivors = [r for r in range(np) if r != victim or kind in ("mismatch", "truncate", "delay", "layout", "chunk",
+                                                                   "spelling", "threads")]
     results, lines = run_job(args, np, extra, len(survivors), 20 * deadline + 30)
     for r in survivors:
         check(r in results, f"{kind} np={np}: rank {r} reported (no hang)", lines)
         if r not in results:
             continue
         outcome, seconds, message = results[r]
-        if kind == "delay":
-            check(outcome == "ok", f"delay shorter than the deadline: rank {r} got {outcome}: {message}")
+        if kind in ("delay", "spelling", "threads"):
+            check(outcome == "ok", f"{kind}: rank {r} got {outcome}: {message}")
+            continue
+        if kind in ("layout", "chunk"):
+            check(outcome == "CollectiveMismatch", f"{kind}: rank {r} got {outcome}: {message}")
+            check(seconds < deadline / 2, f"{kind}: rank {r} failed after {seconds:.2f}s, not at once")
+            check(("per node" in message) if kind == "layout" else ("chunk=65536" in message),
+                  f"{kind}: rank {r} names the difference: {message}")
             continue
         if kind == "mismatch":
             check(outcome == "CollectiveMismatch", f"mismatch: rank {r} got {outcome}: {message}")
@@ -126,6 +141,9 @@ def fault(args, np, kind, deadline=2.0, victim=1):
         check(outcome in ("TimeoutError", "PeerFailure"), f"{kind}: rank {r} got {outcome}: {message}")
         check(seconds < 2 * deadline, f"{kind}: rank {r} failed after {seconds:.2f}s (deadline {deadline}s)")
         check(re.search(r"rank \d+", message) is not None, f"{kind}: rank {r} names a peer: {message}")
+    if kind == "threads":
+        check(any(l.startswith("CONCURRENT rank=0 second=ConcurrentUse") for l in lines),
+              "threads: rank 0's second thread was refused with ConcurrentUse", lines)
     if kind in ("kill", "stop", "exit"):
         named = [r for r in survivors if r in results and f"rank {victim} " in results[r][2]]
         check(len(named) >= 1, f"{kind}: some survivor names the victim rank {victim}")
@@ -139,8 +157,10 @@ def main():
     args = ap.parse_args()
     for np in (2, 3, 4, 8):
         sweep(args, np)
-    for kind in ("kill", "stop", "exit", "delay", "mismatch", "truncate"):
+    for kind in ("kill", "stop", "exit", "delay", "mismatch", "truncate", "chunk", "spelling", "threads"):
         fault(args, 4, kind)
+    fault_layout = ["--ranks-per-node", "2"]
+    fault(args, 4, "layout", extra_args=fault_layout)
     fault(args, 3, "kill", victim=0)
     fault(args, 8, "stop", victim=5)
     if failures:
