@@ -131,6 +131,12 @@ int main(int argc, char** argv) {
     std::cerr << "gradcomp: " << e.what() << "\n";
     gradcomp::MpiSession::markFailed();
     return 1;
+  } catch (const std::exception& e) {
+    // Anything else (a filesystem or allocation failure) is still one line and a non-zero exit, never an
+    // abort: the library's own errors name their cause above; this names what the system said.
+    std::cerr << "gradcomp: " << e.what() << "\n";
+    gradcomp::MpiSession::markFailed();
+    return 1;
   }
   return 0;
 }

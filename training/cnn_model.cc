@@ -1,4 +1,5 @@
 #include "training/cnn_model.h"
+#include "training/reproducible_math.h"
 
 #include "core/error.h"
 
@@ -53,7 +54,7 @@ CnnModel::Forward CnnModel::forward(const Matrix& x) const {
   const auto h = static_cast<Eigen::Index>(height_), w = static_cast<Eigen::Index>(width_);
   const auto c = static_cast<Eigen::Index>(channels_), ph = h / 2, pw = w / 2;
   f.patches = im2col(x);
-  f.conv = f.patches * tensor(parameters(), convWeight_);
+  f.conv = repro::product(f.patches, tensor(parameters(), convWeight_));
   f.conv.rowwise() += tensor(parameters(), convBias_).col(0).transpose();
   f.pooled.resize(n, c * ph * pw);
   f.argmax.resize(static_cast<size_t>(n * c * ph * pw));
@@ -75,12 +76,12 @@ CnnModel::Forward CnnModel::forward(const Matrix& x) const {
   const Matrix* head = &f.pooled;
   Matrix hiddenActivation;
   if (hidden_ > 0) {
-    f.hidden = f.pooled * tensor(parameters(), hiddenWeight_);
+    f.hidden = repro::product(f.pooled, tensor(parameters(), hiddenWeight_));
     f.hidden.rowwise() += tensor(parameters(), hiddenBias_).col(0).transpose();
     hiddenActivation = f.hidden.cwiseMax(0.0f);
     head = &hiddenActivation;
   }
-  f.logits = *head * tensor(parameters(), outWeight_);
+  f.logits = repro::product(*head, tensor(parameters(), outWeight_));
   f.logits.rowwise() += tensor(parameters(), outBias_).col(0).transpose();
   return f;
 }
@@ -96,18 +97,20 @@ double CnnModel::lossAndGradient(const Batch& batch, std::span<float> grad, cons
 
   // Dense head.
   const Matrix headInput = hidden_ > 0 ? Matrix(f.hidden.cwiseMax(0.0f)) : f.pooled;
-  tensor(grad, outBias_).col(0) = dz.colwise().sum().transpose();
+  tensor(grad, outBias_).col(0) = repro::columnSums(dz);
   announce(ready, outBias_);
-  tensor(grad, outWeight_).noalias() = headInput.transpose() * dz;
+  auto gOut = tensor(grad, outWeight_);
+  repro::multiply(Matrix(headInput.transpose()), dz, gOut);
   announce(ready, outWeight_);
-  Matrix dPooled = dz * tensor(parameters(), outWeight_).transpose();
+  Matrix dPooled = repro::productTransposedB(dz, tensor(parameters(), outWeight_));
   if (hidden_ > 0) {
     const Matrix dHidden = (f.hidden.array() > 0.0f).select(dPooled, 0.0f);
-    tensor(grad, hiddenBias_).col(0) = dHidden.colwise().sum().transpose();
+    tensor(grad, hiddenBias_).col(0) = repro::columnSums(dHidden);
     announce(ready, hiddenBias_);
-    tensor(grad, hiddenWeight_).noalias() = f.pooled.transpose() * dHidden;
+    auto gHidden = tensor(grad, hiddenWeight_);
+    repro::multiply(Matrix(f.pooled.transpose()), dHidden, gHidden);
     announce(ready, hiddenWeight_);
-    dPooled = dHidden * tensor(parameters(), hiddenWeight_).transpose();
+    dPooled = repro::productTransposedB(dHidden, tensor(parameters(), hiddenWeight_));
   }
 
   // Pool and ReLU: each pooled gradient goes to its window's maximum, if that maximum was positive.
@@ -120,9 +123,10 @@ double CnnModel::lossAndGradient(const Batch& batch, std::span<float> grad, cons
       const Eigen::Index ch = col / perChannel;
       if (f.conv(row, ch) > 0.0f) dConv(row, ch) += dPooled(s, col);
     }
-  tensor(grad, convBias_).col(0) = dConv.colwise().sum().transpose();
+  tensor(grad, convBias_).col(0) = repro::columnSums(dConv);
   announce(ready, convBias_);
-  tensor(grad, convWeight_).noalias() = f.patches.transpose() * dConv;
+  auto gConv = tensor(grad, convWeight_);
+  repro::multiply(Matrix(f.patches.transpose()), dConv, gConv);
   announce(ready, convWeight_);
   return l;
 }

@@ -1,4 +1,5 @@
 #include "training/dataset.h"
+#include "training/reproducible_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -221,7 +222,7 @@ Dataset makeLeastSquares(size_t samples, size_t inputs, uint64_t seed, std::vect
   d.name = "least-squares";
   d.features = normalMatrix(samples, inputs, seed, 0);
   const Matrix w = normalMatrix(inputs + 1, 1, seed, 1);  // w* then b*
-  d.targets = d.features * w.topRows(static_cast<Eigen::Index>(inputs)).col(0);
+  d.targets = repro::product(d.features, w.topRows(static_cast<Eigen::Index>(inputs)));
   d.targets.array() += w(static_cast<Eigen::Index>(inputs), 0);
   if (optimum) optimum->assign(w.data(), w.data() + w.size());
   return d;
@@ -233,7 +234,7 @@ Dataset makeLogistic(size_t samples, size_t inputs, uint64_t seed, double flip) 
   d.numClasses = 2;
   d.features = normalMatrix(samples, inputs, seed, 0);
   const Matrix w = normalMatrix(inputs, 1, seed, 1);
-  const Vector score = d.features * w.col(0);
+  const Vector score = repro::product(d.features, w);
   const SeededRandom rng(seed, RandomPurpose::Labels, 0);
   for (size_t i = 0; i < samples; ++i) {
     int label = score(static_cast<Eigen::Index>(i)) > 0 ? 1 : 0;

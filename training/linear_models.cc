@@ -1,4 +1,5 @@
 #include "training/linear_models.h"
+#include "training/reproducible_math.h"
 
 #include <cmath>
 
@@ -12,7 +13,7 @@ double squaredError(const Matrix& out, const Batch& batch, Matrix* dOut) {
   const Matrix residual = out.col(0) - batch.targets;
   const auto n = static_cast<double>(out.rows());
   if (dOut) *dOut = residual / static_cast<float>(out.rows());
-  return 0.5 * static_cast<double>(residual.squaredNorm()) / n;
+  return 0.5 * repro::squaredNorm(residual) / n;
 }
 
 // Mean log-loss of logits z against 0/1 labels, in the log(1 + e^-|z|) form: no overflow for any z.
@@ -24,8 +25,8 @@ double logLoss(const Matrix& z, const Batch& batch, Matrix* dz) {
     const double v = z(i, 0);
     const int y = batch.labels[static_cast<size_t>(i)];
     GRADCOMP_CHECK_ARG(y == 0 || y == 1, "logistic regression label ", y, " is not 0 or 1");
-    loss += std::max(v, 0.0) - v * y + std::log1p(std::exp(-std::abs(v)));
-    if (dz) (*dz)(i, 0) = static_cast<float>((1.0 / (1.0 + std::exp(-v)) - y) / static_cast<double>(n));
+    loss += std::max(v, 0.0) - v * y + repro::log(1.0 + repro::exp(-std::abs(v)));
+    if (dz) (*dz)(i, 0) = static_cast<float>((1.0 / (1.0 + repro::exp(-v)) - y) / static_cast<double>(n));
   }
   return loss / static_cast<double>(n);
 }
@@ -57,7 +58,7 @@ std::unique_ptr<LinearModel> LinearModel::softmax(size_t inputs, int classes) {
 Matrix LinearModel::outputs(const Matrix& x) const {
   GRADCOMP_CHECK_ARG(static_cast<size_t>(x.cols()) == layout_[weight_].shape[0], "input of ", x.cols(),
                      " features for a model of ", layout_[weight_].shape[0]);
-  Matrix out = x * tensor(parameters(), weight_);
+  Matrix out = repro::product(x, tensor(parameters(), weight_));
   out.rowwise() += tensor(parameters(), bias_).col(0).transpose();
   return out;
 }
@@ -67,9 +68,10 @@ double LinearModel::loss(const Batch& batch) const { return outputLoss_(outputs(
 double LinearModel::lossAndGradient(const Batch& batch, std::span<float> grad, const GradientReady& ready) {
   Matrix dOut;
   const double l = outputLoss_(outputs(batch.x), batch, &dOut);
-  tensor(grad, bias_).col(0) = dOut.colwise().sum().transpose();
+  tensor(grad, bias_).col(0) = repro::columnSums(dOut);
   announce(ready, bias_);
-  tensor(grad, weight_).noalias() = batch.x.transpose() * dOut;
+  auto g = tensor(grad, weight_);
+  repro::multiply(Matrix(batch.x.transpose()), dOut, g);
   announce(ready, weight_);
   return l;
 }

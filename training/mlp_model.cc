@@ -1,4 +1,5 @@
 #include "training/mlp_model.h"
+#include "training/reproducible_math.h"
 
 #include "core/error.h"
 
@@ -30,7 +31,8 @@ std::vector<Matrix> MlpModel::forward(const Matrix& x) const {
   std::vector<Matrix> z;
   for (size_t l = 0; l < weights_.size(); ++l) {
     const Matrix& in = l == 0 ? x : z.back();
-    Matrix out = l == 0 ? Matrix(in * tensor(parameters(), weights_[l])) : Matrix(in.cwiseMax(0.0f) * tensor(parameters(), weights_[l]));
+    Matrix out = l == 0 ? repro::product(in, tensor(parameters(), weights_[l]))
+                        : repro::product(in.cwiseMax(0.0f), tensor(parameters(), weights_[l]));
     out.rowwise() += tensor(parameters(), biases_[l]).col(0).transpose();
     z.push_back(std::move(out));
   }
@@ -46,19 +48,21 @@ double MlpModel::lossAndGradient(const Batch& batch, std::span<float> grad, cons
   Matrix dz;
   const double l = softmaxCrossEntropy(z.back(), batch.labels, &dz);
   for (size_t layer = weights_.size(); layer-- > 0;) {
-    tensor(grad, biases_[layer]).col(0) = dz.colwise().sum().transpose();
+    tensor(grad, biases_[layer]).col(0) = repro::columnSums(dz);
     announce(ready, biases_[layer]);
     if (layer == 0) {
-      tensor(grad, weights_[0]).noalias() = batch.x.transpose() * dz;
+      auto g = tensor(grad, weights_[0]);
+      repro::multiply(Matrix(batch.x.transpose()), dz, g);
     } else {
       const Matrix activation = z[layer - 1].cwiseMax(0.0f);
-      tensor(grad, weights_[layer]).noalias() = activation.transpose() * dz;
+      auto g = tensor(grad, weights_[layer]);
+      repro::multiply(Matrix(activation.transpose()), dz, g);
     }
     // Announced before the layer below is computed: its all-reduce can start now.
     announce(ready, weights_[layer]);
     if (layer > 0) {
       // d loss / d z of the layer below: back through the weights, then through the ReLU.
-      const Matrix below = dz * tensor(parameters(), weights_[layer]).transpose();
+      const Matrix below = repro::productTransposedB(dz, tensor(parameters(), weights_[layer]));
       dz = (z[layer - 1].array() > 0.0f).select(below, 0.0f);
     }
   }

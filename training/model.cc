@@ -1,4 +1,5 @@
 #include "training/model.h"
+#include "training/reproducible_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -83,7 +84,7 @@ double Model::accuracy(const Dataset& data) const {
     for (Eigen::Index i = 0; i < out.rows(); ++i) {
       int predicted;
       if (out.cols() == 1) predicted = out(i, 0) > 0 ? 1 : 0;
-      else out.row(i).maxCoeff(&predicted);
+      else predicted = static_cast<int>(repro::argmaxOfRow(out, i));
       correct += predicted == b.labels[static_cast<size_t>(i)];
     }
   });
@@ -100,15 +101,15 @@ double softmaxCrossEntropy(const Matrix& logits, const std::vector<int>& labels,
   const auto n = logits.rows();
   GRADCOMP_CHECK_ARG(static_cast<size_t>(n) == labels.size(), n, " rows of logits for ", labels.size(), " labels");
   // Shift by the row maximum: exp never overflows.
-  Matrix p = logits.colwise() - logits.rowwise().maxCoeff();
-  p = p.array().exp();
-  const Vector sums = p.rowwise().sum();
+  Matrix p = logits.colwise() - logits.rowwise().maxCoeff();  // the max is exact in any order
+  for (Eigen::Index i = 0; i < p.size(); ++i) p.data()[i] = static_cast<float>(repro::exp(p.data()[i]));
+  const Vector sums = repro::rowSums(p);
   double loss = 0;
   for (Eigen::Index i = 0; i < n; ++i) {
     const int y = labels[static_cast<size_t>(i)];
     GRADCOMP_CHECK_ARG(y >= 0 && y < logits.cols(), "label ", y, " outside 0..", logits.cols() - 1);
     p.row(i) /= sums(i);
-    loss -= std::log(std::max(static_cast<double>(p(i, y)), 1e-30));
+    loss -= repro::log(std::max(static_cast<double>(p(i, y)), 1e-30));
   }
   if (dLogits) {
     *dLogits = p;

@@ -1,4 +1,5 @@
 #include "training/optimizer.h"
+#include "training/reproducible_math.h"
 
 #include <cmath>
 #include <istream>
@@ -70,8 +71,8 @@ class Adam : public Optimizer {
   void adamStep(std::span<float> params, std::span<const float> grad, uint64_t step) {
     auto &m = buffers_[0], &v = buffers_[1];
     checkSizes(params, grad, m.size());
-    const double t = static_cast<double>(step + 1);
-    const float c1 = static_cast<float>(1 - std::pow(beta1_, t)), c2 = static_cast<float>(1 - std::pow(beta2_, t));
+    const float c1 = static_cast<float>(1 - repro::powInt(beta1_, step + 1));
+    const float c2 = static_cast<float>(1 - repro::powInt(beta2_, step + 1));
     const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_), lr = static_cast<float>(lr_);
     const float eps = static_cast<float>(eps_), wd = static_cast<float>(weightDecay_);
     for (size_t i = 0; i < m.size(); ++i) {
@@ -101,8 +102,8 @@ class OneBitAdam final : public Adam {
     checkSizes(params, grad, m.size());
     const float b1 = static_cast<float>(beta1_), lr = static_cast<float>(lr_), eps = static_cast<float>(eps_);
     // The variance froze at the end of warm-up, bias-corrected there once: the preconditioner is fixed.
-    const float c2 = static_cast<float>(1 - std::pow(beta2_, static_cast<double>(warmup_)));
-    const float c1 = static_cast<float>(1 - std::pow(beta1_, static_cast<double>(step + 1)));
+    const float c2 = static_cast<float>(1 - repro::powInt(beta2_, warmup_));
+    const float c1 = static_cast<float>(1 - repro::powInt(beta1_, step + 1));
     for (size_t i = 0; i < m.size(); ++i) m[i] = b1 * m[i] + (1 - b1) * grad[i];
     allreduce(m);  // compressed, with error feedback: every worker now holds the same momentum
     for (size_t i = 0; i < m.size(); ++i) params[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/scalar/philox.h"
+#include "training/reproducible_math.h"
 
 namespace gradcomp {
 
@@ -22,12 +23,12 @@ class SeededRandom {
   uint32_t word(uint64_t i) const { return stream_.word(i); }
   // Uniform in [0, 1).
   float uniform(uint64_t i) const { return scalar::uniform01(word(i)); }
-  // Standard normal (Box-Muller on words 2i and 2i+1), computed in double so it is exact enough and the
-  // same on every compiler.
+  // Standard normal (Box-Muller on words 2i and 2i+1), computed in double with the reproducible log and
+  // cos (training/reproducible_math.h), so it is the same on every compiler, libm and CPU.
   float normal(uint64_t i) const {
     const double u1 = (static_cast<double>(word(2 * i) >> 8) + 0.5) * (1.0 / 16777216.0);
     const double u2 = static_cast<double>(word(2 * i + 1) >> 8) * (1.0 / 16777216.0);
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    return static_cast<float>(std::sqrt(-2.0 * repro::log(u1)) * repro::cos2pi(u2));
   }
   // Uniform integer in [0, n) (n < 2^32; the modulo bias is below 2^-32 * n, irrelevant here).
   uint32_t below(uint64_t i, uint32_t n) const {

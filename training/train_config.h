@@ -49,7 +49,10 @@ struct TrainConfig {
   // Networks the summary models the step time for (each an inter-node link model).
   std::vector<std::string> modelLinks = {"inter=1gbit/50us", "inter=10gbit/50us"};
 
-  static TrainConfig fromJson(const nlohmann::json& j);  // throws InvalidArgument naming a bad key or value
+  // Throws InvalidArgument naming a bad key and its accepted type and range (every key is range-checked:
+  // no negative value wraps around, no fraction is truncated, a non-object config is refused).
+  static TrainConfig fromJson(const nlohmann::json& j);
+  static bool isStringKey(const std::string& key);  // --set key=text keeps the text as a string
   nlohmann::json toJson() const;
   void validate() const;
 };
