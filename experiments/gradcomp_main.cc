@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   auto* cmd = app.add_subcommand("codecs", "Compare every codec on a normal random vector");
   cmd->add_option("--n", codecs.numElements, "Number of fp32 elements")->check(CLI::Range(size_t{1}, size_t{1} << 31));
   cmd->add_flag("--csv", codecs.csv, "CSV output");
-  cmd->add_option("--seed", codecs.seed, "Random seed");
+  cmd->add_option("--seed", codecs.seed, "Random seed")->check(CLI::NonNegativeNumber);
   cmd->add_option("--repeats", codecs.repeats, "Timed runs per codec (median)")->check(CLI::Range(1, 1000));
   cmd->add_option("--codec", codecs.codecs, "Codec spec, repeatable (e.g. topk:ratio=0.001); default: all");
 
@@ -49,30 +49,36 @@ int main(int argc, char** argv) {
   ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
   ar->add_option("-o,--op", perf.op, "sum or avg");
-  ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations");
-  ar->add_option("-n,--iters", perf.iterations, "Timed iterations (median reported)");
-  ar->add_option("-c,--check", checkValue, "1: report the relative error against the exact fp32 all-reduce");
+  ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations")->check(CLI::Range(0, 1000000));
+  ar->add_option("-n,--iters", perf.iterations, "Timed iterations (median reported)")->check(CLI::Range(1, 1000000));
+  ar->add_option("-c,--check", checkValue, "1: report the relative error against the exact fp32 all-reduce")
+      ->check(CLI::IsMember({0, 1}));
   ar->add_flag("--csv", perf.csv, "CSV output");
-  ar->add_option("--seed", perf.seed, "Seed of the data, the stochastic codecs and random-k");
+  ar->add_option("--seed", perf.seed, "Seed of the data, the stochastic codecs and random-k")
+      ->check(CLI::NonNegativeNumber);
   ar->add_option("--transport", transport, "auto (mpi under mpirun, else inproc), inproc, mpi");
-  ar->add_option("--ranks", perf.ranks, "In-process ranks (threads)");
-  ar->add_option("--ranks-per-node", perf.ranksPerNode, "Ranks per node (0: in-process one node, MPI discovers)");
+  ar->add_option("--ranks", perf.ranks, "In-process ranks (threads)")->check(CLI::Range(1, 1024));
+  ar->add_option("--ranks-per-node", perf.ranksPerNode, "Ranks per node (0: in-process one node, MPI discovers)")
+      ->check(CLI::Range(0, 1024));
   ar->add_option("--link-model", perf.linkModel, "In-process pacing, e.g. inter=1gbit/50us,intra=100gbit/2us");
-  ar->add_option("--timeout", perf.timeoutSeconds, "Deadline of every wait, seconds");
+  ar->add_option("--timeout", perf.timeoutSeconds, "Deadline of every wait, seconds")->check(CLI::Range(1e-3, 86400.0));
 
   gradcomp::ModelOptions model;
   auto* md = app.add_subcommand("model", "Predicted all-reduce time, exposed communication and scaling efficiency");
-  md->add_option("--nodes", model.nodes, "Nodes");
-  md->add_option("--ranks-per-node", model.ranksPerNode, "Ranks (GPUs) per node");
+  md->add_option("--nodes", model.nodes, "Nodes")->check(CLI::Range(1, 1 << 20));
+  md->add_option("--ranks-per-node", model.ranksPerNode, "Ranks (GPUs) per node")->check(CLI::Range(1, 1 << 12));
   md->add_option("--links", model.links, "Link model, e.g. intra=900GB/2us,inter=50GB/10us (per rank)");
   md->add_option("--bytes", model.bytes, "Gradient bytes (fp32), K/M/G suffixes")->transform(CLI::AsSizeValue(false));
-  md->add_option("--compute-ms", model.computeMs, "Forward + backward time per step, ms");
-  md->add_option("--overlap", model.overlap, "Share of the compute time that can hide communication (backward)");
+  md->add_option("--compute-ms", model.computeMs, "Forward + backward time per step, ms")->check(CLI::Range(0.0, 1e9));
+  md->add_option("--overlap", model.overlap, "Share of the compute time that can hide communication (backward)")
+      ->check(CLI::Range(0.0, 1.0));
   md->add_option("--codec", model.codecs, "Codec spec, repeatable");
   md->add_option("-a,--algorithm", model.algorithms, "Algorithm, repeatable (auto: the model's pick)");
   md->add_option("--ef", model.errorFeedback, "Error feedback for lossy codecs");
-  md->add_option("--encode-gbps", model.encodeGBps, "Codec encode speed, GB/s of fp32 (default: measured here)");
-  md->add_option("--decode-gbps", model.decodeGBps, "Codec decode speed, GB/s of fp32 (default: measured here)");
+  md->add_option("--encode-gbps", model.encodeGBps, "Codec encode speed, GB/s of fp32 (default: measured here)")
+      ->check(CLI::PositiveNumber);
+  md->add_option("--decode-gbps", model.decodeGBps, "Codec decode speed, GB/s of fp32 (default: measured here)")
+      ->check(CLI::PositiveNumber);
   md->add_option("--scaling-csv", model.scalingCsv, "Write efficiency vs world size (1..1024) to this CSV");
   md->add_flag("--csv", model.csv, "CSV output");
   std::string fitCsv;
@@ -84,7 +90,8 @@ int main(int argc, char** argv) {
   tr->add_option("config", train.file, "Config file (JSON)")->required();
   tr->add_option("--set", train.sets, "key=value override, repeatable (e.g. --set codec=int8 --set workers=8)");
   tr->add_option("--out", train.out, "Parent of the run directory (default results/train)");
-  tr->add_flag("--resume", train.resume, "Continue from the run directory's checkpoint");
+  tr->add_flag("--resume", train.resume, "Continue from the run directory's checkpoint (an error if there is none)");
+  tr->add_flag("--overwrite", train.overwrite, "Replace the results of an earlier run of the same name");
   tr->add_flag("--progress,!--no-progress", train.progress, "Progress bar on stderr (default: when it is a terminal)");
   gradcomp::TrainCommandOptions sweepOptions;
   sweepOptions.progress = train.progress;
@@ -93,6 +100,8 @@ int main(int argc, char** argv) {
   sw->add_option("--set", sweepOptions.sets, "key=value override of the base config, repeatable");
   sw->add_option("--out", sweepOptions.out, "Sweep directory (default results/sweep)");
   sw->add_flag("--progress,!--no-progress", sweepOptions.progress, "Progress bar on stderr");
+  sw->add_flag("--no-rerun", sweepOptions.noRerun,
+               "A stored run made from another configuration is an error (default: run it again)");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -124,8 +133,12 @@ int main(int argc, char** argv) {
         session = std::make_unique<gradcomp::MpiSession>(&argc, &argv);
         world = session->world();
       }
-      if (tr->parsed()) gradcomp::runTrainCommand(train, world.get(), std::cout);
-      else gradcomp::runSweepCommand(sweepOptions, world.get(), std::cout);
+      if (tr->parsed()) {
+        gradcomp::runTrainCommand(train, world.get(), std::cout);
+      } else if (const size_t failed = gradcomp::runSweepCommand(sweepOptions, world.get(), std::cout)) {
+        std::cerr << "gradcomp: " << failed << " sweep run(s) failed (listed above)\n";
+        return 1;
+      }
     }
   } catch (const gradcomp::Error& e) {
     std::cerr << "gradcomp: " << e.what() << "\n";

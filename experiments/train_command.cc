@@ -9,9 +9,11 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "collectives/inprocess_communicator.h"
 #include "collectives/link_model.h"
+#include "collectives/small_collectives.h"
 #include "core/error.h"
 
 namespace gradcomp {
@@ -21,11 +23,50 @@ namespace {
 nlohmann::json readJsonFile(const std::string& path) {
   std::ifstream in(path);
   GRADCOMP_CHECK_ARG(in.good(), "cannot open '", path, "'");
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
   } catch (const nlohmann::json::exception& e) {
     GRADCOMP_THROW(InvalidArgument, "'", path, "' is not valid JSON: ", e.what());
   }
+  GRADCOMP_CHECK_ARG(j.is_object(), "'", path, "' must hold a JSON object {\"key\": value, ...}, it holds ",
+                     j.type_name() == std::string("array") ? "an " : "a ", j.type_name());
+  return j;
+}
+
+// The files a run writes into its directory (and the only ones --overwrite and a sweep rerun remove).
+const char* const kRunFiles[] = {"config.json", "metrics.csv", "summary.json", "failed.json"};
+
+bool holdsARun(const std::filesystem::path& dir) {
+  for (const char* f : kRunFiles)
+    if (std::filesystem::exists(dir / f)) return true;
+  return std::filesystem::exists(dir / "checkpoint");
+}
+
+void removeRun(const std::filesystem::path& dir) {
+  for (const char* f : kRunFiles) std::filesystem::remove(dir / f);
+  std::filesystem::remove_all(dir / "checkpoint");
+}
+
+// Creates `dir` (and its parents) and proves it writable, or throws naming the path and the cause: a
+// parent that is a regular file, a directory without write permission, a full disk.
+void ensureWritableDirectory(const std::filesystem::path& dir, const char* what) {
+  for (std::filesystem::path p = dir; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (std::filesystem::exists(p, ec)) {
+      GRADCOMP_CHECK_ARG(std::filesystem::is_directory(p, ec), what, " '", dir.string(), "': '", p.string(),
+                         "' exists and is not a directory");
+      break;
+    }
+    if (p == p.parent_path()) break;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GRADCOMP_CHECK_ARG(!ec, what, " '", dir.string(), "' cannot be created: ", ec.message());
+  const std::filesystem::path probe = dir / ".gradcomp-write-test";
+  { std::ofstream(probe) << "ok\n"; }
+  GRADCOMP_CHECK_ARG(std::filesystem::exists(probe, ec), what, " '", dir.string(), "' is not writable");
+  std::filesystem::remove(probe, ec);
 }
 
 // A run name from a value: letters, digits and . _ + - = kept, anything else becomes '-'.
@@ -36,6 +77,13 @@ std::string slug(const std::string& text) {
 }
 
 std::string valueText(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// Every rank of an MPI sweep reaches this point before any goes on (a one-byte all-gather).
+void barrier(Communicator& comm) {
+  const Communicator::OperationScope scope(comm, "sweep barrier");
+  const std::byte mine{1};
+  allgatherSmall(comm, std::span(&mine, 1), makeTag(scope.sequence(), 0xD0), "sweep barrier");
+}
 
 }  // namespace
 
@@ -124,10 +172,20 @@ void runTrainCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::
   nlohmann::json j = readJsonFile(o.file);
   for (const auto& s : o.sets) applyOverride(j, s);
   const TrainConfig config = TrainConfig::fromJson(j);
+  GRADCOMP_CHECK_ARG(!(o.resume && o.overwrite), "--resume and --overwrite contradict each other");
   TrainOptions to;
   to.runDir = (o.out.empty() ? std::string("results/train") : o.out) + "/" + config.name;
-  to.resume = o.resume;
+  to.resume = o.resume ? ResumeMode::Required : ResumeMode::Never;
   to.progress = o.progress;
+  // Rank 0 owns the run directory; under MPI the other ranks only write their checkpoints into it.
+  if (!mpiWorld || mpiWorld->rank() == 0) {
+    ensureWritableDirectory(o.out.empty() ? "results/train" : o.out, "--out");
+    if (!o.resume && holdsARun(to.runDir)) {
+      GRADCOMP_CHECK_ARG(o.overwrite, "run directory '", to.runDir, "' holds an earlier run; pass --overwrite to "
+                         "replace it, --resume to continue it, or --set name=... for another run");
+      removeRun(to.runDir);
+    }
+  }
   const TrainResult r = runTraining(config, mpiWorld, to);
   if (mpiWorld && mpiWorld->rank() != 0) return;
   if (!r.completed) {
@@ -185,31 +243,51 @@ std::vector<nlohmann::json> expandSweep(const nlohmann::json& sweep) {
   return runs;
 }
 
-void runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::ostream& out) {
+size_t runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::ostream& out) {
   nlohmann::json sweep = readJsonFile(o.file);
   if (!sweep.contains("base")) sweep["base"] = nlohmann::json::object();
   for (const auto& s : o.sets) applyOverride(sweep["base"], s);
   const auto runs = expandSweep(sweep);
   const std::string dir = o.out.empty() ? "results/sweep" : o.out;
   const bool leader = !mpiWorld || mpiWorld->rank() == 0;
+  if (leader) ensureWritableDirectory(dir, "--out");
   std::vector<nlohmann::json> summaries;
+  std::vector<std::string> failures;
   for (size_t i = 0; i < runs.size(); ++i) {
     const TrainConfig config = TrainConfig::fromJson(runs[i]);
     const std::string runDir = dir + "/runs/" + config.name;
-    const std::string summaryPath = runDir + "/summary.json";
-    if (std::filesystem::exists(summaryPath)) {
+    const std::string summaryPath = runDir + "/summary.json", storedConfig = runDir + "/config.json";
+    std::ostringstream prefixText;  // (not "[" + std::to_string(...): GCC 12 reports a false -Wrestrict there)
+    prefixText << "[" << i + 1 << "/" << runs.size() << "] " << config.name;
+    const std::string prefix = prefixText.str();
+    // A stored run counts only if it was made from this very configuration: a changed sweep file or
+    // --set must never be answered with old results (or resume from another configuration's checkpoint).
+    const bool stored = std::filesystem::exists(storedConfig);
+    const std::string storedHash = stored ? configSha256(TrainConfig::fromJson(readJsonFile(storedConfig))) : "";
+    const bool current = stored && storedHash == configSha256(config);
+    const bool finished = current && std::filesystem::exists(summaryPath);
+    if (mpiWorld) barrier(*mpiWorld);  // every rank has read the stored files before any is removed
+    if (stored && !current) {
+      GRADCOMP_CHECK_ARG(!o.noRerun, "sweep run '", config.name, "' in '", runDir, "' was made from another ",
+                         "configuration (config_sha256 ", storedHash.substr(0, 12), ", this sweep's is ",
+                         configSha256(config).substr(0, 12), "); without --no-rerun it is run again");
+      if (leader) out << prefix << ": stored run is from another configuration, running it again" << std::endl;
+      if (leader) removeRun(runDir);  // in-process: every rank's checkpoint is this process's
+      else std::filesystem::remove(runDir + "/checkpoint/rank" + std::to_string(mpiWorld->rank()) + ".bin");
+    } else if (finished) {
       if (leader) {
-        out << "[" << i + 1 << "/" << runs.size() << "] " << config.name << ": done before, skipped\n";
+        out << prefix << ": done before, skipped\n";
         summaries.push_back(readJsonFile(summaryPath));
       }
       continue;
     }
-    if (leader) out << "[" << i + 1 << "/" << runs.size() << "] " << config.name << std::endl;
+    if (leader) out << prefix << std::endl;
     TrainOptions to;
     to.runDir = runDir;
-    to.resume = true;
+    to.resume = ResumeMode::IfPresent;
     to.progress = o.progress;
     try {
+      if (leader) std::filesystem::remove(runDir + "/failed.json");  // retried now
       const TrainResult r = runTraining(config, mpiWorld, to);
       if (leader && r.completed) summaries.push_back(r.summary);
     } catch (const Error& e) {
@@ -222,10 +300,10 @@ void runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::
       std::filesystem::create_directories(runDir);
       std::ofstream(runDir + "/failed.json") << failed.dump(2) << "\n";  // retried by the next sweep
       summaries.push_back(failed);
+      failures.push_back(config.name);
     }
   }
-  if (!leader) return;
-  std::filesystem::create_directories(dir);
+  if (!leader) return failures.size();
   // results.csv: the union of the columns, in first-seen order.
   std::vector<std::string> columns = summaryColumns(TrainConfig::fromJson(runs.front()));
   for (const auto& s : summaries)
@@ -251,6 +329,12 @@ void runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std::
   out << "\n";
   printSummaryTable(summaries, out);
   out << "results: " << dir << "/results.csv, runs in " << dir << "/runs/\n";
+  if (!failures.empty()) {
+    out << failures.size() << " of " << runs.size() << " runs failed (their failed.json says why):";
+    for (const auto& f : failures) out << ' ' << f;
+    out << "\n";
+  }
+  return failures.size();
 }
 
 }  // namespace gradcomp

@@ -2,7 +2,10 @@
 // bucket's and 1-bit Adam's momentum all-reduce's), and a fingerprint of the configuration. Batches
 // and stochastic codecs draw from counter-based streams keyed by (seed, rank, step), so the step *is*
 // the RNG state: a resumed run is bitwise identical to an uninterrupted one (tested).
-// Written to a temporary file and renamed, so a crash mid-write leaves the previous checkpoint.
+// Written to a temporary file and renamed, so a crash mid-write leaves the previous checkpoint. The file
+// carries a format version, the state's length and a SHA-256 over the header and the state, all checked
+// before any of it is used: a corrupted, truncated or foreign file is an error naming it, never a resume
+// from wrong state.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,8 @@ struct CheckpointHeader {
 // `body` writes the state after the header; load's `body` reads it back in the same order.
 void writeCheckpoint(const std::string& path, const CheckpointHeader& header,
                      const std::function<void(std::ostream&)>& body);
-// Throws InvalidArgument naming the file and the problem (missing, not a checkpoint, truncated).
+// Throws InvalidArgument naming the file and the problem (missing, not a checkpoint, another format
+// version, truncated, checksum mismatch, state left over).
 // `check` sees the header before any state is read (to refuse another configuration's checkpoint).
 CheckpointHeader readCheckpoint(const std::string& path, const std::function<void(const CheckpointHeader&)>& check,
                                 const std::function<void(std::istream&)>& body);

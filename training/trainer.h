@@ -5,7 +5,9 @@
 //
 // Rank 0 writes the run directory: config.json (resolved), metrics.csv (one row per step),
 // summary.json when the run completes; every rank writes checkpoint/rank<r>.bin every
-// checkpoint_every steps and resumes from it when asked.
+// checkpoint_every steps and resumes from it when asked. The summary's test accuracy is quoted two
+// ways: final_test_accuracy (the last evaluation) and mean_test_accuracy (the mean of the last five
+// evaluations, mean_test_accuracy_evaluations of them), the one to compare runs by.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +46,15 @@ struct TrainResult {
   std::vector<float> parameters;    // final parameters (every rank)
 };
 
+// Whether a run continues from its checkpoint: never; if this rank has one (a sweep picking up where it
+// was interrupted); or it must (`gradcomp train --resume`: a missing checkpoint is an error naming the
+// directory, never a silent start from step 0).
+enum class ResumeMode { Never, IfPresent, Required };
+
 struct TrainOptions {
-  std::string runDir;    // empty: write nothing (tests)
-  bool resume = false;   // continue from runDir/checkpoint if present
-  bool progress = false; // rank 0 draws a progress bar on stderr
+  std::string runDir;                     // empty: write nothing (tests)
+  ResumeMode resume = ResumeMode::Never;  // continue from runDir/checkpoint/rank<r>.bin
+  bool progress = false;                  // rank 0 draws a progress bar on stderr
 };
 
 TrainResult trainOnCommunicator(const TrainConfig& config, const DataSplit& data, Communicator& comm,
@@ -58,5 +65,9 @@ DataSplit loadTrainingData(const TrainConfig& config);
 
 // The summary columns, in the order results.csv uses.
 std::vector<std::string> summaryColumns(const TrainConfig& config);
+
+// SHA-256 of the resolved configuration minus its name and stop_after: what a run computed. A sweep
+// treats a run as finished only if its summary records this same hash.
+std::string configSha256(const TrainConfig& config);
 
 }  // namespace gradcomp

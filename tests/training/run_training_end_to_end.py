@@ -7,7 +7,11 @@
   * scripts/report-training draws the PNGs and report.md from it, and the analysis notebook
     (notebooks/training_analysis.ipynb) executes headless on it;
   * under mpirun -np 2 the same config trains to exactly the losses of 2 in-process workers (the same
-    algorithms on another transport give the same bits).
+    algorithms on another transport give the same bits);
+  * bad input never aborts (exit 134) and never silently reinterprets: a config that is not an object, an
+    --out under a file or unwritable, negative / fractional values, --resume without a checkpoint, an
+    existing run directory without --overwrite, a sweep whose stored runs came from another config, a
+    sweep with a failed run -- each one line on stderr and exit status 1.
 Every subprocess has a timeout."""
 import argparse, csv, json, os, shutil, subprocess, sys, tempfile
 
@@ -31,6 +35,16 @@ def run(args, timeout=300, expect_ok=True, env=None):
         print(p.stdout[-3000:], p.stderr[-3000:])
         raise SystemExit(f"FAIL: {' '.join(args)} exited {p.returncode}")
     return p
+
+
+def fails(args, text, what):
+    """The command must exit 1 with exactly one line on stderr, naming the problem."""
+    p = run(args, expect_ok=False)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    ok = p.returncode == 1 and len(lines) == 1 and lines[0].startswith("gradcomp: ") and text in lines[0]
+    if not ok:
+        print(f"exit {p.returncode}, stderr: {p.stderr[-1500:]}")
+    check(ok, what)
 
 
 def losses(run_dir):
@@ -60,6 +74,41 @@ try:
     p = run([a.gradcomp, "train", cfg, "--set", "codec=int9", "--out", os.path.join(tmp, "bad")], expect_ok=False)
     check(p.returncode == 1 and "int9" in p.stderr, "train: an unknown codec fails naming it")
 
+    # Bad input from the review: each a one-line error with exit status 1, none an abort.
+    array_cfg = os.path.join(tmp, "array.json")
+    json.dump([config], open(array_cfg, "w"))
+    fails([a.gradcomp, "train", array_cfg, "--out", os.path.join(tmp, "bad")], "must hold a JSON object",
+          "train: a config that is a JSON array is refused")
+    a_file = os.path.join(tmp, "a-file")
+    open(a_file, "w").write("x")
+    fails([a.gradcomp, "train", cfg, "--out", os.path.join(a_file, "sub")], "exists and is not a directory",
+          "train: --out under a regular file is refused")
+    fails([a.gradcomp, "train", cfg, "--out", "/proc/gradcomp-results"], "cannot be created",
+          "train: an --out that cannot be created is refused")
+    fails([a.gradcomp, "train", cfg, "--set", "batch_size=-1", "--out", os.path.join(tmp, "bad")],
+          "'batch_size': -1 is not an integer in [1, 1048576]", "train: batch_size=-1 is refused naming the range")
+    for bad in ("steps=-5", "steps=600.7", "eval_every=-1", "seed=-1", "min_compress_elements=-1"):
+        fails([a.gradcomp, "train", cfg, "--set", bad, "--out", os.path.join(tmp, "bad")], "is not an integer in",
+              f"train: {bad} is refused, not wrapped around or truncated")
+    fails([a.gradcomp, "train", cfg, "--set", "name=tinyy", "--resume", "--out", os.path.join(tmp, "train")],
+          "--resume: no checkpoint in '" + os.path.join(tmp, "train", "tinyy", "checkpoint") + "'",
+          "train: --resume without a checkpoint names the directory it looked in")
+    before = open(os.path.join(straight, "metrics.csv")).read()
+    fails([a.gradcomp, "train", cfg, "--out", os.path.join(tmp, "train")], "holds an earlier run; pass --overwrite",
+          "train: an existing run directory is not overwritten")
+    check(open(os.path.join(straight, "metrics.csv")).read() == before, "train: ... and its metrics are untouched")
+    run([a.gradcomp, "train", cfg, "--out", os.path.join(tmp, "train"), "--overwrite", "--set", "steps=10",
+         "--no-progress"])
+    check(len(losses(straight)) == 10, "train: --overwrite replaces the earlier run")
+    run([a.gradcomp, "train", cfg, "--out", os.path.join(tmp, "train"), "--overwrite", "--no-progress"])
+
+    # The other commands range-check their options too (CLI11 reports them; never an abort or a hang).
+    for args, text in ((["allreduce-perf", "--ranks", "100000"], "--ranks"), (["allreduce-perf", "-c", "7"], "--check"),
+                       (["allreduce-perf", "--seed", "-1"], "--seed"), (["codecs", "--seed", "-1"], "--seed"),
+                       (["model", "--encode-gbps", "-1"], "--encode-gbps"), (["model", "--overlap", "2"], "--overlap")):
+        p = run([a.gradcomp] + args, timeout=60, expect_ok=False)
+        check(p.returncode not in (0, 134) and text in p.stderr, f"{' '.join(args)}: refused naming {text}")
+
     # Interrupted at step 17 (checkpoint at 15), resumed: the same losses as the straight run.
     out2 = os.path.join(tmp, "resume")
     run([a.gradcomp, "train", cfg, "--out", out2, "--set", "stop_after=17", "--set", "checkpoint_every=5",
@@ -78,6 +127,22 @@ try:
     check([r["name"] for r in rows] == ["ef,codec=none", "ef,codec=sign"], "sweep: results.csv has both runs")
     second = run([a.gradcomp, "sweep", sweep_file, "--out", sdir, "--no-progress"]).stdout
     check(second.count("done before, skipped") == 2, "sweep: finished runs are skipped")
+    # Another configuration: copy the sweep, change the steps; its runs are run again, not skipped.
+    sdir2 = os.path.join(tmp, "sweep2")
+    shutil.copytree(sdir, sdir2)
+    third = run([a.gradcomp, "sweep", sweep_file, "--out", sdir2, "--set", "steps=12", "--no-progress"]).stdout
+    check(third.count("running it again") == 2 and "done before" not in third,
+          "sweep: runs stored from another configuration are run again")
+    check(len(losses(os.path.join(sdir2, "runs", "ef,codec=sign"))) == 12, "sweep: ... with the new steps")
+    fails([a.gradcomp, "sweep", sweep_file, "--out", sdir2, "--set", "steps=14", "--no-rerun", "--no-progress"],
+          "was made from another configuration", "sweep: --no-rerun refuses to rerun them")
+    bad_sweep = {"base": config, "cases": [{"name": "good", "codec": "none"}, {"name": "broken", "codec": "int9"}]}
+    bad_file = os.path.join(tmp, "bad_sweep.json")
+    json.dump(bad_sweep, open(bad_file, "w"))
+    p = run([a.gradcomp, "sweep", bad_file, "--out", os.path.join(tmp, "bad_sweep"), "--no-progress"], expect_ok=False)
+    check(p.returncode == 1 and "1 of 2 runs failed (their failed.json says why): broken" in p.stdout and
+          os.path.exists(os.path.join(tmp, "bad_sweep", "runs", "good", "summary.json")),
+          "sweep: a failed run exits 1 after the others finished, and is listed")
     run([os.path.join(a.source, "scripts", "report-training"), sdir])
     for f in ["loss_vs_step.png", "loss_vs_bytes.png", "loss_vs_time.png", "accuracy_vs_step.png", "codec_bars.png"]:
         check(os.path.getsize(os.path.join(sdir, f)) > 5000, f"report: {f} drawn")

@@ -72,7 +72,7 @@ void expectResumeIsBitwiseIdentical(TrainConfig c, const std::string& tag) {
   std::filesystem::remove_all(dir);
   TrainOptions o;
   o.runDir = dir;
-  o.resume = true;
+  o.resume = ResumeMode::IfPresent;
   c.checkpointEvery = 10;
   c.stopAfter = 25;  // interrupted after step 25; the last checkpoint is at 20
   const auto first = trainAll(c, data, o);
