@@ -1,4 +1,4 @@
-// Never hang, never silently corrupt (RELIABILITY rows 16, 17, 20, 21, 22 and 7 for collectives):
+// Never hang, never silently corrupt (docs/reliability.md rows 16, 17, 20, 21, 22 and 7 for collectives):
 // agreement mismatches, deadlines, dead / stopped / slow peers, misordered and skipped operations,
 // corrupted and truncated payloads, non-finite inputs.
 #include <gtest/gtest.h>

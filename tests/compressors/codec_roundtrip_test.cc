@@ -1,4 +1,4 @@
-// Invariants every codec must satisfy, over the cross product codec x size (DESIGN.md: "invariants over
+// Invariants every codec must satisfy, over the cross product codec x size (docs/architecture.md: "invariants over
 // a cross product, not hand-picked happy cases"), plus each codec's own stated error bound.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Error-feedback policies: their invariants with every codec, boundedness over long runs, bitwise
-// checkpoint/resume, and the non-finite / poisoned-state / shape-change rules (RELIABILITY rows 7,
+// checkpoint/resume, and the non-finite / poisoned-state / shape-change rules (docs/reliability.md rows 7,
 // 18, 19, 24).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Top-k exactness and tie rule, threshold's count bound, random-k's shared coordinates, and the
-// documented k rules (RELIABILITY.md rows 4, 11, 12).
+// documented k rules (docs/reliability.md rows 4, 11, 12).
 #include <gtest/gtest.h>
 
 #include <algorithm>

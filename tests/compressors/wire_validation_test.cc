@@ -1,4 +1,4 @@
-// Malformed wire buffers (RELIABILITY.md rows 13-15): every one is a DecodeError naming the problem,
+// Malformed wire buffers (docs/reliability.md rows 13-15): every one is a DecodeError naming the problem,
 // raised before anything is written to the output.
 #include <gtest/gtest.h>
 

@@ -53,6 +53,9 @@ TEST(Fp16, EveryPatternDecodesToItsDefinitionAndRoundTrips) {
   }
 }
 
+// _Float16 needs compiler support (GCC 12 on x86-64; clang from 15): where it is absent (the clang 14 of the
+// sanitizer stage) this reference test is not compiled, rather than passing without checking anything.
+#if defined(__FLT16_MAX__)
 TEST(Fp16, MatchesCompilerConversionAtEveryMidpointAndBoundary) {
   // _Float16 conversion is IEEE round-to-nearest-even: an independent reference.
   std::vector<float> probes = {0.0f, -0.0f, 65504.0f, 65519.996f, 65520.0f, 1e6f, FLT_MAX, 5.96e-8f, 2.98e-8f,
@@ -74,6 +77,7 @@ TEST(Fp16, MatchesCompilerConversionAtEveryMidpointAndBoundary) {
     EXPECT_EQ(got, refBits) << f;
   }
 }
+#endif  // __FLT16_MAX__
 
 TEST(Fp16, ArrayKernelEqualsScalarAndCountsSaturation) {
   std::mt19937 rng(1);

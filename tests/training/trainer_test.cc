@@ -218,9 +218,10 @@ TEST(Sweep, RunsAreStoredFinishedOnesSkippedAndTheTableWritten) {
   std::filesystem::remove_all(dir);
 }
 
-// The demo's targets (configs/demo.json, seed 1): uncompressed >= 96 %, every codec with error
-// feedback within 1.0 point of it at the same steps, sign without error feedback worse than with it.
-// Deterministic on a given build; the margins leave room for other CPUs' rounding.
+// The demo's targets (configs/demo.json, seed 1), on the mean test accuracy of the last 5 evaluations:
+// uncompressed >= 96 %, every codec with error feedback within 1.0 point of it at the same steps, sign
+// without error feedback worse than with it. The same bits on every x86-64 CPU (the exact figures are
+// checked by the docs_figures_are_current test); the margins are the targets'.
 TEST(Targets, DigitsMlpAccuracyOfEveryDemoCodec) {
   std::ifstream in(std::string(GRADCOMP_SOURCE_DIR) + "/configs/demo.json");
   const nlohmann::json sweep = nlohmann::json::parse(in);
@@ -230,7 +231,7 @@ TEST(Targets, DigitsMlpAccuracyOfEveryDemoCodec) {
     run["data_dir"] = std::string(GRADCOMP_SOURCE_DIR) + "/data";
     const TrainConfig c = TrainConfig::fromJson(run);
     const auto r = trainAll(c, loadTrainingData(c));
-    accuracy[c.name] = r[0].summary.at("final_test_accuracy").get<double>();
+    accuracy[c.name] = r[0].summary.at("mean_test_accuracy").get<double>();
     trainLoss[c.name] = r[0].summary.at("final_train_loss").get<double>();
   }
   EXPECT_GE(accuracy["none"], 0.96);
