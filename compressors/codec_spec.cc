@@ -45,20 +45,14 @@ CodecSpec CodecSpec::parse(const std::string& text) {
   return spec;
 }
 
-std::string CodecSpec::toString() const {
-  std::string s = name_;
-  char sep = ':';
-  for (const auto& [k, v] : params_) {
-    s += sep + k + "=" + v;
-    sep = ',';
-  }
-  return s;
-}
+std::string CodecSpec::toString() const { return withParameters(params_); }
 
-std::string CodecSpec::canonical() const {
+std::string CodecSpec::canonical() const { return withParameters(resolved_); }
+
+std::string CodecSpec::withParameters(const std::map<std::string, std::string>& params) const {
   std::string s = name_;
   char sep = ':';
-  for (const auto& [k, v] : resolved_) {
+  for (const auto& [k, v] : params) {
     s += sep + k + "=" + v;
     sep = ',';
   }

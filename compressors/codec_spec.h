@@ -36,6 +36,8 @@ class CodecSpec {
   void set(const std::string& key, const std::string& value) { params_[key] = value; }
 
  private:
+  std::string withParameters(const std::map<std::string, std::string>& params) const;  // name:k=v,...
+
   std::string name_;
   std::map<std::string, std::string> params_;
   mutable std::set<std::string> used_;

@@ -20,31 +20,12 @@ namespace {
 
 using testing::exactInput;
 using testing::exactSum;
+using testing::isA;
 using testing::messageOf;
 
-template <typename E>
-bool isA(const std::exception_ptr& p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
+AllreduceConfig ring(const std::string& codec = "none") { return testing::allreduceConfig("ring", codec); }
 
-AllreduceConfig ring(const std::string& codec = "none") {
-  AllreduceConfig c;
-  c.algorithm = "ring";
-  c.codec = codec;
-  return c;
-}
-
-CommunicatorOptions deadline(double seconds) {
-  CommunicatorOptions o;
-  o.timeoutSeconds = seconds;
-  return o;
-}
+CommunicatorOptions deadline(double seconds) { return testing::withTimeout(seconds); }
 
 // Every rank fails with CollectiveMismatch mentioning `text`, well before the deadline (10 s).
 void expectMismatchAtOnce(int ranks, const std::function<void(Communicator&)>& fn, const std::string& text) {

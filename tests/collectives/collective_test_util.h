@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce.h"
 #include "collectives/inprocess_communicator.h"
 #include "core/error.h"
 
@@ -65,6 +66,33 @@ inline std::string messageOf(const std::exception_ptr& p) {
     return e.what();
   }
   return "unknown";
+}
+
+inline AllreduceConfig allreduceConfig(const std::string& algorithm, const std::string& codec = "none",
+                                       const std::string& ef = "none") {
+  AllreduceConfig c;
+  c.algorithm = algorithm;
+  c.codec = codec;
+  c.errorFeedback = ef;
+  return c;
+}
+
+inline CommunicatorOptions withTimeout(double seconds) {
+  CommunicatorOptions o;
+  o.timeoutSeconds = seconds;
+  return o;
+}
+
+// Whether a rank's exception is of type E.
+template <typename E>
+bool isA(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 // Runs fn on every rank and fails the test with the first rank's error, if any.

@@ -13,6 +13,7 @@
 namespace gradcomp {
 namespace {
 
+using testing::isA;
 using testing::messageOf;
 using testing::normalInput;
 
@@ -28,29 +29,10 @@ void timedRun(AllreduceAlgorithm& algo, std::span<float> x, Communicator& comm, 
 }
 
 AllreduceConfig config(const char* algorithm, const char* codec = "none", const char* ef = "none") {
-  AllreduceConfig c;
-  c.algorithm = algorithm;
-  c.codec = codec;
-  c.errorFeedback = ef;
-  return c;
+  return testing::allreduceConfig(algorithm, codec, ef);
 }
 
-template <typename E>
-bool isA(const std::exception_ptr& p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-CommunicatorOptions withTimeout(double s) {
-  CommunicatorOptions o;
-  o.timeoutSeconds = s;
-  return o;
-}
+using testing::withTimeout;
 
 TEST(Agreement, CountMismatchIsAnErrorOnEveryRankNamingBothValues) {
   const auto errors = runInProcess(4, [](Communicator& comm) {
