@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -231,6 +233,35 @@ TEST_P(CodecParity, CorruptedPayloadsGetTheCpuVerdict) {
     } else {
       EXPECT_TRUE(sameBytes(dOut.get(), out));
     }
+  }
+}
+
+// Inputs at the edges of fp32 (docs/reliability.md rows 25, 26): blocks reaching +-FLT_MAX, qsgd bucket
+// norms beyond FLT_MAX and below 1e-38, subnormal blocks. The device must raise scales, cap norms and
+// normalize ratios exactly as the CPU does (kernels/scalar/scale_limits.h), so the bytes stay equal and
+// every decoded value is finite.
+TEST_P(CodecParity, RangeEdgesGiveTheCpuBytesAndFiniteValues) {
+  auto codec = makeCompressor(GetParam());
+  const size_t n = 1500;
+  for (const float magnitude : {3e38f, 1e-39f, 1e-44f, 1e31f}) {
+    SCOPED_TRACE(::testing::Message() << GetParam() << " magnitude=" << magnitude);
+    std::vector<float> x = testInput(n, 5);
+    for (size_t i = 0; i < n; ++i) x[i] = std::max(-FLT_MAX, std::min(FLT_MAX, x[i] * magnitude));
+    if (magnitude > 1e37f)
+      for (size_t i = 0; i < n; i += 7) x[i] = i % 2 ? FLT_MAX : -FLT_MAX;
+    const size_t maxBytes = codec->maxEncodedBytes(n, context());
+    HostWire cpuWire(maxBytes);
+    const EncodeResult cpu = codec->encode(x, cpuWire.span, context());
+    DeviceArray<float> dx(x, 0);
+    DeviceArray<std::byte> dWire(maxBytes);
+    const EncodeResult dev = codec->encode(dx.span(), dWire.span(), context(), gpu());
+    ASSERT_EQ(dev.wireBytes, cpu.wireBytes);
+    EXPECT_EQ(dev.saturated, cpu.saturated);
+    const std::vector<std::byte> cpuBytes(cpuWire.span.begin(), cpuWire.span.begin() + cpu.wireBytes);
+    EXPECT_TRUE(sameBytes(dWire.get(cpu.wireBytes), cpuBytes));
+    DeviceArray<float> dOut(std::vector<float>(n, -7.0f), 0);
+    codec->decode(dWire.span().first(cpu.wireBytes), dOut.span(), DecodeMode::Overwrite, gpu());
+    for (float v : dOut.get()) ASSERT_TRUE(std::isfinite(v));
   }
 }
 
