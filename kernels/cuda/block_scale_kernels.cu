@@ -16,8 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float blockScaleDevice(float amax, float maxCode) { return scalar::blockScaleFor(amax, maxCode); }
-
 using detail::addend;
 
 // One warp per codec block: no shared memory and no block-wide barrier, eight codec blocks per CUDA
@@ -93,7 +91,7 @@ __global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_
                                  unsigned long long* firstBad, bool vec) {
   const WarpBlock w = warpBlock(n, blockSize);
   if (!w.valid) return;  // whole warps leave together
-  const float scale = blockScaleDevice(warpAmax(x, e, w, vec), 127.0f);
+  const float scale = scalar::blockScaleFor(warpAmax(x, e, w, vec), 127.0f);
   if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   forWarpRuns(w, vec, [&](size_t i, int count) {
@@ -154,7 +152,7 @@ __global__ void encodeFp8Kernel(const float* x, const float* e, size_t n, size_t
   if (!w.valid) return;
   const scalar::Fp8Spec s = scalar::fp8Spec(fmt);
   const uint32_t overflowBits = scalar::floatBits(s.maxValue) + (1u << (22 - s.mantBits));
-  const float scale = blockScaleDevice(warpAmax(x, e, w, vec), s.maxValue);
+  const float scale = scalar::blockScaleFor(warpAmax(x, e, w, vec), s.maxValue);
   if (w.lane == 0) scales[w.index] = scale;
   const float inv = __fdiv_rn(1.0f, scale);
   unsigned count = 0;
