@@ -185,6 +185,30 @@ CompressOutcome ErrorFeedback::compress(const Compressor& codec, std::span<const
 
 void ErrorFeedback::finish(uint32_t, std::span<float>) {}
 
+std::vector<uint32_t> ErrorFeedback::tensorIds() const {
+  std::vector<uint32_t> ids;
+  ids.reserve(state_.size());
+  for (const auto& [id, st] : state_) ids.push_back(id);
+  return ids;
+}
+
+void ErrorFeedback::setState(uint32_t tensorId, const std::vector<std::span<const float>>& buffers) {
+  GRADCOMP_CHECK_ARG(buffers.size() == static_cast<size_t>(numBuffers_), "error feedback '", name_, "' keeps ",
+                     numBuffers_, " state buffer(s) per tensor, got ", buffers.size(), " for tensor ", tensorId);
+  if (numBuffers_ == 0) return;
+  const size_t n = buffers[0].size();
+  TensorState st;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    GRADCOMP_CHECK_ARG(buffers[b].size() == n, "error feedback '", name_, "': state buffer ", b, " of tensor ",
+                       tensorId, " has ", buffers[b].size(), " elements, buffer 0 has ", n);
+    const uint64_t bad = firstNonFinite(buffers[b]);
+    GRADCOMP_CHECK_ARG(bad == EncodeResult::kNoIndex, "error feedback '", name_, "': state buffer ", b,
+                       " of tensor ", tensorId, " holds a non-finite value at index ", bad);
+    st.buffers.emplace_back(buffers[b].begin(), buffers[b].end());
+  }
+  state_[tensorId] = std::move(st);
+}
+
 std::span<const float> ErrorFeedback::stateBuffer(uint32_t tensorId, int which) const {
   const auto it = state_.find(tensorId);
   if (it == state_.end() || which < 0 || which >= numBuffers_) return {};

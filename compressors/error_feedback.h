@@ -80,6 +80,13 @@ class ErrorFeedback {
 
   // Buffer `which` of a tensor's state (tests and inspection); empty if the tensor has none.
   std::span<const float> stateBuffer(uint32_t tensorId, int which) const;
+  // State buffers per tensor (0 for `none`, 1 for ef / ef21, 2 for dgc) and the tensors that have state.
+  int numBuffers() const { return numBuffers_; }
+  std::vector<uint32_t> tensorIds() const;
+  // Replaces a tensor's state with `buffers` (numBuffers() of them, equal lengths, finite): how a caller
+  // that keys state by something else (the Python DDP hook: parameter name and offset) moves residuals
+  // onto a new bucket layout or restores them from a checkpoint. Throws InvalidArgument naming the problem.
+  void setState(uint32_t tensorId, const std::vector<std::span<const float>>& buffers);
 
   void save(std::ostream& out) const;
   void load(std::istream& in);  // throws InvalidArgument if the file is not this policy's state

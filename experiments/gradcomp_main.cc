@@ -12,6 +12,7 @@
 #include "experiments/model_command.h"
 #include "experiments/model_fit.h"
 #include "experiments/train_command.h"
+#include "experiments/wire_command.h"
 
 namespace {
 
@@ -103,9 +104,27 @@ int main(int argc, char** argv) {
   sw->add_flag("--no-rerun", sweepOptions.noRerun,
                "A stored run made from another configuration is an error (default: run it again)");
 
+  gradcomp::EncodeCommandOptions enc;
+  auto* en = app.add_subcommand("encode", "Encode raw float32 values (a file) into a wire buffer (a file)");
+  en->add_option("--codec", enc.codec, "Codec spec (e.g. int8:block=256)")->required();
+  en->add_option("--in", enc.input, "Raw little-endian float32 input")->required();
+  en->add_option("--out", enc.output, "Wire buffer output")->required();
+  en->add_option("--residual-in", enc.residualIn, "Error-feedback residual (raw float32) to add before encoding");
+  en->add_option("--residual-out", enc.residualOut, "Where to write the new residual (raw float32)");
+  en->add_option("--seed", enc.seed, "Seed of the stochastic codecs")->check(CLI::NonNegativeNumber);
+  en->add_option("--rank", enc.rank, "Rank (stochastic codecs' stream)")->check(CLI::Range(0u, 0xFFFFFFFFu));
+  en->add_option("--step", enc.step, "Step (stochastic codecs' stream)")->check(CLI::Range(0u, 0xFFFFFFFFu));
+  en->add_option("--tensor", enc.tensorId, "Tensor id (stochastic codecs' stream)")->check(CLI::Range(0u, 0xFFFFFFFFu));
+  gradcomp::DecodeCommandOptions dec;
+  auto* de = app.add_subcommand("decode", "Decode a wire buffer (a file, any codec) into raw float32 values");
+  de->add_option("--in", dec.input, "Wire buffer")->required();
+  de->add_option("--out", dec.output, "Raw little-endian float32 output")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (cmd->parsed()) gradcomp::runCodecsCommand(codecs, std::cout);
+    if (en->parsed()) gradcomp::runEncodeCommand(enc, std::cout);
+    if (de->parsed()) gradcomp::runDecodeCommand(dec, std::cout);
     if (md->parsed()) {
       if (fitCsv.empty()) gradcomp::runModelCommand(model, std::cout);
       else gradcomp::fitCostModel(fitCsv, std::cout);

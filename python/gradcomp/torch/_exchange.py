@@ -1,0 +1,362 @@
+"""gradcomp's compressed all-reduce built from torch.distributed collectives on any process group (gloo,
+NCCL), so it runs under torchrun with no other launcher:
+
+  reduce-scatter  each rank encodes one segment per owner (error feedback at the source), an
+                  all_to_all_single delivers them, every owner decodes and sums its segment in fp32,
+                  averages it and encodes it once, and an all_gather_into_tensor gives every rank every
+                  owner's bytes: all ranks decode the same bytes, so they hold bitwise the same result.
+                  For the re-encodable (dense) codecs; 2 (W-1)/W of the compressed size on the wire.
+  allgather       every rank's whole payload to every rank, each decoded and summed in rank order: for
+                  sparse codecs, whose payloads cannot be summed on the wire (sizes all-gathered first
+                  when they vary). W - 1 payloads received per rank.
+  randomk         ranks share the seed, so they select the same coordinates: only the values section of
+                  the payload is all-reduced, then decoded.
+  exact           fp32 all_reduce: tensors below the size threshold and the steps before compression.
+
+Every payload travels in a slot with a 32-byte header (magic, status, origin rank, step, layout hash,
+byte count or bad index). A rank whose gradient is non-finite, or whose bucket layout or step differs,
+says so in its slot instead of failing alone; the status reaches every rank (through the owner's second
+message in reduce-scatter), and all ranks raise the same error. No rank waits for a peer that gave up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import _C
+from .._codec import Codec
+
+HEADER_BYTES = 32
+_MAGIC = 0x31484347  # "GCH1"
+STATUS_OK, STATUS_NONFINITE, STATUS_LAYOUT, STATUS_STEP = 0, 1, 2, 3
+_HEADER = np.dtype([("magic", "<u4"), ("status", "<u4"), ("origin", "<u4"), ("step", "<u4"),
+                    ("layout", "<u4"), ("reserved", "<u4"), ("value", "<u8")])
+assert _HEADER.itemsize == HEADER_BYTES
+
+
+def segment_id(tensor_id: int, segment: int) -> int:
+    """The codec's tensor id for one segment (the counter-based RNG's key; 31 bits)."""
+    return (tensor_id * 131 + segment) & 0x7FFFFFFF
+
+
+def _align16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+@dataclass
+class ExchangeStats:
+    bytes_sent: int = 0          # bytes this rank put on the wire (slots and headers included)
+    codec_seconds: float = 0.0   # encode + decode wall time (host time; CUDA calls are enqueued)
+    comm_seconds: float = 0.0    # waiting for collectives
+    skipped: int = 0             # non-finite gradients replaced by zeros (nonfinite="skip")
+    saturated: int = 0           # values clamped to the format's range by the encoder
+
+    def add(self, other: "ExchangeStats") -> None:
+        for f in self.__dataclass_fields__:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass
+class Status:
+    code: int = STATUS_OK
+    origin: int = 0
+    value: int = 0
+
+
+class Exchange:
+    """The collectives over one process group, for one codec. Not thread-safe: one caller (the hook's
+    FIFO worker, or FSDP's reduce-scatter stream) issues collectives in the same order on every rank."""
+
+    def __init__(self, codec: Codec, group: Optional[dist.ProcessGroup], timeout: datetime.timedelta,
+                 seed: int, skip_nonfinite: bool, threads: int = 1):
+        self.codec = codec
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.timeout = timeout
+        self.seed = seed
+        self.skip_nonfinite = skip_nonfinite
+        self.threads = threads
+
+    # --- plumbing ------------------------------------------------------------------------------------
+    def _wait(self, work, what: str, stats: ExchangeStats) -> None:
+        t0 = time.perf_counter()
+        try:
+            work.wait(self.timeout)
+        except RuntimeError as e:
+            if "imed out" in str(e) or "timeout" in str(e).lower():
+                raise _C.TimeoutError(f"gradcomp {what}: rank {self.rank} waited more than "
+                                      f"{self.timeout.total_seconds():.0f} s for its peers ({e})") from e
+            raise _C.PeerFailure(f"gradcomp {what}: the collective failed on rank {self.rank}: {e}") from e
+        stats.comm_seconds += time.perf_counter() - t0
+
+    def _write_header(self, slot: torch.Tensor, status: Status, step: int, layout: int, value: int) -> None:
+        h = np.zeros(1, dtype=_HEADER)
+        h["magic"], h["status"], h["origin"], h["step"], h["layout"] = _MAGIC, status.code, status.origin, step, layout
+        h["value"] = value
+        slot[:HEADER_BYTES].copy_(torch.from_numpy(h.view(np.uint8)))
+
+    @staticmethod
+    def _read_headers(slots: torch.Tensor) -> np.ndarray:
+        return slots[:, :HEADER_BYTES].cpu().contiguous().numpy().view(_HEADER).reshape(-1)
+
+    def _check_headers(self, headers: np.ndarray, step: int, layout: int, payload_room: int) -> Status:
+        """The first problem any sender reported or any header shows, in rank order."""
+        for r, h in enumerate(headers):
+            if h["magic"] != _MAGIC:
+                raise _C.DecodeError(f"gradcomp: rank {r}'s slot has no gradcomp header (magic {h['magic']:#x})")
+            if h["status"] != STATUS_OK:
+                return Status(int(h["status"]), int(h["origin"]), int(h["value"]))
+            if h["layout"] != layout:
+                return Status(STATUS_LAYOUT, r, int(h["layout"]))
+            if h["step"] != step:
+                return Status(STATUS_STEP, r, int(h["step"]))
+            if h["value"] > payload_room:
+                raise _C.DecodeError(f"gradcomp: rank {r}'s slot claims {int(h['value'])} payload bytes, "
+                                     f"the slot holds {payload_room}")
+        return Status()
+
+    def _encode(self, x: torch.Tensor, wire: torch.Tensor, residual_in: Optional[torch.Tensor],
+                residual_out: Optional[torch.Tensor], step: int, tensor_id: int, offset: int,
+                stats: ExchangeStats) -> tuple[Status, int]:
+        """Encodes x (with error feedback when residuals are given). A non-finite x becomes a status
+        (or, with skip, an encoding of zeros and an untouched residual); returns (status, wire bytes)."""
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+        t0 = time.perf_counter()
+        try:
+            if residual_in is None:
+                r = self.codec._c.encode_into(x, wire, seed=self.seed, rank=self.rank, step=step,
+                                              tensor_id=tensor_id, stream=stream, threads=self.threads)
+            else:
+                r = self.codec._c.encode_with_residual_into(x, residual_in, residual_out, wire, seed=self.seed,
+                                                            rank=self.rank, step=step, tensor_id=tensor_id,
+                                                            stream=stream, threads=self.threads)
+            stats.saturated += r.saturated
+            return Status(), r.wire_bytes
+        except _C.NonFiniteError as e:
+            if not self.skip_nonfinite:
+                return Status(STATUS_NONFINITE, self.rank, offset + e.index), 0
+            stats.skipped += 1
+            zeros = torch.zeros_like(x)
+            r = self.codec._c.encode_into(zeros, wire, seed=self.seed, rank=self.rank, step=step,
+                                          tensor_id=tensor_id, stream=stream, threads=self.threads)
+            if residual_out is not None:
+                residual_out.copy_(residual_in)
+            return Status(), r.wire_bytes
+        finally:
+            stats.codec_seconds += time.perf_counter() - t0
+
+    def _decode(self, wire: torch.Tensor, out: torch.Tensor, accumulate: bool, stats: ExchangeStats) -> None:
+        stream = torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else None
+        t0 = time.perf_counter()
+        self.codec._c.decode_into(wire, out, accumulate=accumulate, stream=stream, threads=self.threads)
+        stats.codec_seconds += time.perf_counter() - t0
+
+    # --- parts: the tensors of one message, each its own wire -----------------------------------------
+    # A message (slot) is [32-byte slot header][wire][wire]..., each wire 16-aligned and self-describing.
+    # Every parameter (or parameter segment) is encoded on its own, so its bytes depend only on its own
+    # values: never on which bucket it shares, which is what makes a resumed run with other buckets
+    # continue bitwise identically.
+    def room(self, parts: list[tuple[int, int, int]]) -> int:
+        return HEADER_BYTES + sum(_align16(self.codec.max_encoded_bytes(b - a)) for a, b, _ in parts)
+
+    def _encode_parts(self, x: torch.Tensor, parts: list[tuple[int, int, int]], slot: torch.Tensor,
+                      residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
+                      stats: ExchangeStats) -> tuple[Status, int]:
+        at = HEADER_BYTES
+        for a, b, tensor_id in parts:
+            room = self.codec.max_encoded_bytes(b - a)
+            status, n = self._encode(x[a:b], slot[at:at + room],
+                                     residual_in[a:b] if residual_in is not None else None,
+                                     residual_out[a:b] if residual_out is not None else None, step, tensor_id, a, stats)
+            if status.code != STATUS_OK:
+                return status, 0
+            at += _align16(n)
+        return Status(), at
+
+    def _decode_parts(self, slot: torch.Tensor, used: int, x: torch.Tensor, parts: list[tuple[int, int, int]],
+                      accumulate: bool, stats: ExchangeStats, origin: int) -> None:
+        lengths = slot.cpu() if slot.is_cuda else slot
+        at = HEADER_BYTES
+        for a, b, _ in parts:
+            if at + 48 > used:
+                raise _C.DecodeError(f"gradcomp: rank {origin}'s message ends at byte {used}, before its wire for "
+                                     f"elements [{a}, {b})")
+            nbytes = 48 + int(lengths[at + 32:at + 40].view(torch.int64))
+            if nbytes > used - at or nbytes > self.codec.max_encoded_bytes(b - a):
+                raise _C.DecodeError(f"gradcomp: rank {origin}'s wire for elements [{a}, {b}) claims {nbytes} bytes; "
+                                     f"{min(used - at, self.codec.max_encoded_bytes(b - a))} at most fit")
+            self._decode(slot[at:at + nbytes], x[a:b], accumulate, stats)
+            at += _align16(nbytes)
+
+    def _status_of(self, slots: torch.Tensor, step: int, layout: int, room: int) -> tuple[Status, np.ndarray]:
+        headers = self._read_headers(slots)
+        return self._check_headers(headers, step, layout, room), headers
+
+    # --- algorithms ----------------------------------------------------------------------------------
+    def exact_mean(self, x: torch.Tensor, stats: ExchangeStats) -> None:
+        """fp32 sum then division by the world size (what DDP does without a hook, in the same order)."""
+        x.div_(self.world)
+        self._wait(dist.all_reduce(x, group=self.group, async_op=True), "all-reduce", stats)
+        stats.bytes_sent += 2 * (self.world - 1) * x.numel() * 4 // self.world
+
+    def split(self, parts: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+        """Each part cut into world-size segments: segments[s] is what owner s reduces."""
+        W = self.world
+        out: list[list[tuple[int, int, int]]] = [[] for _ in range(W)]
+        for a, b, tensor_id in parts:
+            seg = -(-(b - a) // W)
+            for s in range(W):
+                lo, hi = min(b, a + s * seg), min(b, a + (s + 1) * seg)
+                out[s].append((lo, hi, segment_id(tensor_id, s)))
+        return out
+
+    def reduce_scatter_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+                            residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor],
+                            server_in: Optional[torch.Tensor], server_out: Optional[torch.Tensor], step: int,
+                            layout: int, stats: ExchangeStats) -> Status:
+        """x <- the mean over ranks, compressed both ways (see the module docstring). parts: (start, end,
+        tensor id) of each tensor in x. The server residuals (the owner's re-encode error) are indexed
+        like x; only this rank's segments are used."""
+        W, me = self.world, self.rank
+        segments = self.split(parts)
+        slot1 = _align16(max(self.room(seg) for seg in segments))
+        send = torch.empty(W * slot1, dtype=torch.uint8, device=x.device)
+        send_slots = send.view(W, slot1)
+        for s in range(W):
+            status, used = self._encode_parts(x, segments[s], send_slots[s], residual_in, residual_out, step, stats)
+            self._write_header(send_slots[s], status, step, layout, used if status.code == STATUS_OK else status.value)
+        recv = torch.empty_like(send)
+        self._wait(dist.all_to_all_single(recv, send, group=self.group, async_op=True), "reduce-scatter", stats)
+        stats.bytes_sent += (W - 1) * slot1
+        recv_slots = recv.view(W, slot1)
+        status, headers = self._status_of(recv_slots, step, layout, slot1)
+        mine = segments[me]
+        slot2 = _align16(max(self.room(seg) for seg in segments))
+        out = torch.empty(slot2, dtype=torch.uint8, device=x.device)
+        used = 0
+        if status.code == STATUS_OK:
+            # The owner's segments, summed in fp32 in a packed buffer, in rank order.
+            owned = sum(b - a for a, b, _ in mine)
+            acc = torch.zeros(owned, dtype=torch.float32, device=x.device)
+            local, at = [], 0
+            for a, b, tid in mine:
+                local.append((at, at + b - a, tid))
+                at += b - a
+            for r in range(W):
+                self._decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0, stats, r)
+            acc.div_(W)
+            sin = torch.cat([server_in[a:b] for a, b, _ in mine]) if server_in is not None else None
+            sout = torch.empty_like(sin) if sin is not None else None
+            # The owner's re-encode draws from its own stream (the high bit) so it never repeats a sender's.
+            reencode = [(lo, hi, tid | 0x80000000) for lo, hi, tid in local]
+            status, used = self._encode_parts(acc, reencode, out, sin, sout, step, stats)
+            if sout is not None and status.code == STATUS_OK:
+                for (a, b, _), (lo, hi, _) in zip(mine, local):
+                    server_out[a:b].copy_(sout[lo:hi])
+        self._write_header(out, status, step, layout, used if status.code == STATUS_OK else status.value)
+        gathered = torch.empty(W * slot2, dtype=torch.uint8, device=x.device)
+        self._wait(dist.all_gather_into_tensor(gathered, out, group=self.group, async_op=True), "all-gather", stats)
+        stats.bytes_sent += (W - 1) * slot2
+        gathered_slots = gathered.view(W, slot2)
+        headers = self._read_headers(gathered_slots)
+        for h in headers:
+            if h["status"] != STATUS_OK:
+                return Status(int(h["status"]), int(h["origin"]), int(h["value"]))
+        for s in range(W):
+            self._decode_parts(gathered_slots[s], int(headers[s]["value"]), x, segments[s], False, stats, s)
+        return Status()
+
+    def allgather_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
+                       layout: int, stats: ExchangeStats) -> Status:
+        W = self.world
+        room = _align16(self.room(parts))
+        mine = torch.empty(room, dtype=torch.uint8, device=x.device)
+        status, used = self._encode_parts(x, parts, mine, residual_in, residual_out, step, stats)
+        self._write_header(mine, status, step, layout, used if status.code == STATUS_OK else status.value)
+        slot = room
+        if not self.codec.traits["fixed_size"]:
+            # Payload sizes vary by rank: agree on the largest first, then send only that much.
+            size = torch.tensor([max(used, HEADER_BYTES)], dtype=torch.int64, device=x.device)
+            sizes = torch.empty(W, dtype=torch.int64, device=x.device)
+            self._wait(dist.all_gather_into_tensor(sizes, size, group=self.group, async_op=True), "all-gather sizes", stats)
+            stats.bytes_sent += (W - 1) * 8
+            slot = _align16(int(sizes.max()))
+        gathered = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
+        self._wait(dist.all_gather_into_tensor(gathered, mine[:slot], group=self.group, async_op=True),
+                   "all-gather", stats)
+        stats.bytes_sent += (W - 1) * slot
+        slots = gathered.view(W, slot)
+        status, headers = self._status_of(slots, step, layout, slot)
+        if status.code != STATUS_OK:
+            return status
+        for r in range(W):
+            self._decode_parts(slots[r], int(headers[r]["value"]), x, parts, r > 0, stats, r)
+        x.div_(W)
+        return Status()
+
+    def randomk_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+                     residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
+                     layout: int, stats: ExchangeStats) -> Status:
+        W = self.world
+        if x.is_cuda:
+            raise _C.InvalidArgument("gradcomp: algorithm 'randomk' runs on cpu tensors; use 'allgather' on cuda")
+        wire = torch.empty(_align16(self.room(parts)), dtype=torch.uint8)
+        status, used = self._encode_parts(x, parts, wire, residual_in, residual_out, step, stats)
+        head = torch.empty(HEADER_BYTES, dtype=torch.uint8)
+        self._write_header(head, status, step, layout, used if status.code == STATUS_OK else status.value)
+        heads = torch.empty(W * HEADER_BYTES, dtype=torch.uint8)
+        self._wait(dist.all_gather_into_tensor(heads, head, group=self.group, async_op=True), "all-gather status", stats)
+        stats.bytes_sent += (W - 1) * HEADER_BYTES
+        status, _ = self._status_of(heads.view(W, HEADER_BYTES), step, layout, wire.numel())
+        if status.code != STATUS_OK:
+            return status
+        # Every part's values section, summed in one all-reduce (fp32; fp16 values widened and rounded
+        # back, which every rank does alike).
+        sections, at = [], HEADER_BYTES
+        for a, b, _ in parts:
+            nbytes = 48 + int(wire[at + 32:at + 40].view(torch.int64))
+            w = wire[at:at + nbytes]
+            offset, count, fp16 = self.codec.randomk_values(w)
+            dtype, width = (torch.float16, 2) if fp16 else (torch.float32, 4)
+            sections.append((at, nbytes, w[offset:offset + width * count].view(dtype)))
+            at += _align16(nbytes)
+        values = torch.cat([v.float() for _, _, v in sections]) if sections else torch.empty(0)
+        self._wait(dist.all_reduce(values, group=self.group, async_op=True), "all-reduce values", stats)
+        stats.bytes_sent += 2 * (W - 1) * values.numel() * 4 // W
+        at = 0
+        for (start, nbytes, v), (a, b, _) in zip(sections, parts):
+            v.copy_(values[at:at + v.numel()])
+            at += v.numel()
+            self._decode(wire[start:start + nbytes], x[a:b], False, stats)
+        x.div_(W)
+        return Status()
+
+
+def raise_status(status: Status, where: str, name_at: Callable[[int], tuple[str, int]], step: int,
+                 expected_layout: int) -> None:
+    """The same exception on every rank for a status any rank reported."""
+    if status.code == STATUS_NONFINITE:
+        name, index = name_at(status.value)
+        e = _C.NonFiniteError(f"gradcomp {where}: the gradient of parameter '{name}' holds NaN or Inf at element "
+                              f"{index} on rank {status.origin} (step {step}); nothing was applied and the "
+                              f"error-feedback residuals are unchanged (nonfinite='skip' sends zeros instead)")
+        e.tensor_id, e.index = 0, index
+        e.parameter, e.rank = name, status.origin
+        raise e
+    if status.code == STATUS_LAYOUT:
+        raise _C.CollectiveMismatch(f"gradcomp {where}: rank {status.origin} reduces a bucket with another layout "
+                                    f"(hash {status.value:#010x}, this rank {expected_layout:#010x}) at step {step}: "
+                                    f"the ranks' models or bucket settings differ")
+    if status.code == STATUS_STEP:
+        raise _C.CollectiveMismatch(f"gradcomp {where}: rank {status.origin} is at step {status.value}, this rank at "
+                                    f"step {step}: the ranks' hook states were restored from different checkpoints")
+    raise _C.Error(f"gradcomp {where}: unknown status {status.code} from rank {status.origin}")

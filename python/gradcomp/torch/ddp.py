@@ -1,0 +1,326 @@
+"""gradcomp's DDP communication hook.
+
+    import gradcomp.torch as gt
+    state = gt.DDPState(ddp, codec="int8", error_feedback="ef")
+    ddp.register_comm_hook(state, gt.ddp_hook)
+
+Every bucket DDP hands over is reduced to the mean over ranks (the same scaling as DDP without a hook):
+parameters with at least `min_numel` elements are compressed with the codec and the algorithm, smaller
+ones (biases, norms) go as exact fp32, and the steps before `start_iter` are exact all-reduces. Error
+feedback residuals are kept per parameter (see _layout.py), so state_dict() / load_state_dict() resume a
+run bitwise identically on a new DDP instance, whatever its buckets. A non-finite gradient is a
+NonFiniteError naming the parameter on every rank, with the residuals unchanged (or, with
+nonfinite="skip", that rank sends zeros for the bucket).
+"""
+
+
+import datetime
+import time
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import _C
+from .._codec import Codec
+from ._agreement import check_ranks_agree
+from ._exchange import STATUS_OK, Exchange, ExchangeStats, raise_status
+from ._layout import Layout, Piece, ResidualStore
+from ._worker import FifoWorker
+
+ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
+ERROR_FEEDBACK = ("none", "ef")
+_FORMAT = "gradcomp.ddp_state/1"
+
+
+def _choose_algorithm(codec: Codec, algorithm: str) -> str:
+    t = codec.traits
+    if algorithm == "auto":
+        if t["shared_indices"]:
+            return "randomk"
+        return "reduce-scatter" if t["reencodable"] and not t["sparse"] else "allgather"
+    if algorithm == "reduce-scatter" and not (t["reencodable"] and not t["sparse"]):
+        raise _C.InvalidArgument(f"DDPState: algorithm 'reduce-scatter' re-encodes partial sums, which codec "
+                                 f"'{codec.canonical_spec}' cannot carry; use 'allgather' (or 'auto')")
+    if algorithm == "randomk" and not t["shared_indices"]:
+        raise _C.InvalidArgument(f"DDPState: algorithm 'randomk' sums values on shared coordinates; codec "
+                                 f"'{codec.canonical_spec}' does not share them (use codec 'randomk:...')")
+    return algorithm
+
+
+class DDPState:
+    """The hook's configuration and state. Arguments:
+
+    module          the DDP model (or the module it wraps): parameter names key the residuals
+    codec           a gradcomp codec spec ("fp16", "int8:block=256", "topk:ratio=0.01", "randomk:...")
+    error_feedback  "ef" (residual at the source; the owners' re-encode error is fed back too) or "none"
+    algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
+                    or one of them by name
+    process_group   the group to reduce over (default: the default group)
+    start_iter      iterations before this one are exact fp32 all-reduces
+    min_numel       parameters with fewer elements go uncompressed (exact fp32)
+    seed            the stochastic codecs' seed (shared by all ranks)
+    nonfinite       "error" (a NonFiniteError naming the parameter) or "skip" (send zeros, warn)
+    timeout         the deadline of every wait on a collective
+    threads         CPU threads per codec call
+    """
+
+    def __init__(self, module: Optional[torch.nn.Module], *, codec: str = "int8", error_feedback: str = "ef",
+                 algorithm: str = "auto", process_group: Optional[dist.ProcessGroup] = None, start_iter: int = 0,
+                 min_numel: int = 1024, seed: int = 0, nonfinite: str = "error",
+                 timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1):
+        if error_feedback not in ERROR_FEEDBACK:
+            raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got "
+                                     f"{error_feedback!r} (ef21 and dgc run through gradcomp.ErrorFeedback "
+                                     f"and the C++ reducer, not this hook yet)")
+        if algorithm not in ALGORITHMS:
+            raise _C.InvalidArgument(f"DDPState: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        if nonfinite not in ("error", "skip"):
+            raise _C.InvalidArgument(f"DDPState: nonfinite must be 'error' or 'skip', got {nonfinite!r}")
+        for name, value, lo in (("start_iter", start_iter, 0), ("min_numel", min_numel, 0), ("seed", seed, 0),
+                                ("threads", threads, 1)):
+            if not isinstance(value, int) or value < lo or value >= 2**63:
+                raise _C.InvalidArgument(f"DDPState: {name} must be an integer >= {lo}, got {value!r}")
+        if timeout.total_seconds() <= 0:
+            raise _C.InvalidArgument(f"DDPState: timeout must be positive, got {timeout}")
+        self.codec = Codec(codec)
+        self.error_feedback = error_feedback
+        self.algorithm = _choose_algorithm(self.codec, algorithm)
+        self.process_group = process_group
+        self.start_iter = start_iter
+        self.min_numel = min_numel
+        self.seed = seed
+        self.nonfinite = nonfinite
+        self.timeout = timeout
+        self.threads = threads
+        self.iter = 0  # DDP iterations completed (advanced when the last bucket is submitted)
+        self.residuals = ResidualStore()         # the senders' error (ef)
+        self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
+        self.last_stats: dict[str, Any] = {}
+        self._names: dict[int, str] = {}
+        self._checked = False
+        self._pending_stats: dict[str, Any] = {}
+        self._worker: Optional[FifoWorker] = None
+        self._exchange: Optional[Exchange] = None
+        self._exact_exchange: Optional[Exchange] = None
+        if module is not None:
+            self.attach(module)
+
+    # --- binding -------------------------------------------------------------------------------------
+    def attach(self, module: torch.nn.Module, process_group: Optional[dist.ProcessGroup] = None) -> "DDPState":
+        """Binds the model whose parameters the buckets hold (after torch.load, on a new DDP instance)."""
+        inner = getattr(module, "module", module) if isinstance(module, torch.nn.parallel.DistributedDataParallel) \
+            else module
+        self._names = {p.data_ptr(): n for n, p in inner.named_parameters()}
+        if process_group is not None:
+            self.process_group = process_group
+        return self
+
+    def config(self) -> dict:
+        return {"codec": self.codec.canonical_spec, "error_feedback": self.error_feedback,
+                "algorithm": self.algorithm, "start_iter": self.start_iter, "min_numel": self.min_numel,
+                "seed": self.seed, "nonfinite": self.nonfinite,
+                "world_size": dist.get_world_size(self.process_group)}
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def wait(self) -> None:
+        """Returns when every bucket handed to the hook has been reduced."""
+        if self._worker is not None:
+            self._worker.drain()
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Configuration, iteration and residuals by parameter name: torch.save it with the model."""
+        self.wait()
+        return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
+                "residuals": self.residuals.named(), "server_residuals": self.server_residuals.named()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("format") != _FORMAT:
+            raise _C.InvalidArgument(f"DDPState.load_state_dict: not a gradcomp DDP state (format "
+                                     f"{sd.get('format')!r}, expected {_FORMAT!r})")
+        mine, theirs = self.config(), sd["config"]
+        diffs = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in mine
+                 if k != "world_size" and theirs.get(k) != mine[k]]
+        if diffs:
+            raise _C.InvalidArgument("DDPState.load_state_dict: the checkpoint was made with another "
+                                     "configuration (" + "; ".join(diffs) + ")")
+        self.wait()
+        self.iter = int(sd["iter"])
+        self.residuals.load_named(sd["residuals"])
+        self.server_residuals.load_named(sd["server_residuals"])
+
+    def __getstate__(self) -> dict:
+        # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
+        # after torch.load, attach() the new DDP model; the default group is used unless one is given.
+        s = {k: v for k, v in self.__dict__.items()
+             if k not in ("process_group", "_names", "_worker", "_exchange", "_exact_exchange")}
+        s["_state_dict"] = self.state_dict()
+        for k in ("residuals", "server_residuals"):
+            s.pop(k)
+        return s
+
+    def __setstate__(self, s: dict) -> None:
+        sd = s.pop("_state_dict")
+        self.__dict__.update(s)
+        self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
+        self._exact_exchange = None
+        self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
+        self._checked = False
+        self.residuals.load_named(sd["residuals"])
+        self.server_residuals.load_named(sd["server_residuals"])
+
+    # --- statistics ----------------------------------------------------------------------------------
+    def residual_norm(self) -> float:
+        """L2 norm of all error-feedback residuals (senders' and owners')."""
+        return (self.residuals.squared_norm() + self.server_residuals.squared_norm()) ** 0.5
+
+    # --- the hook ------------------------------------------------------------------------------------
+    def _submit(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        if not self._names:
+            raise _C.InvalidArgument("gradcomp ddp_hook: the state has no model; build it with "
+                                     "DDPState(ddp, ...) or call state.attach(ddp) (after torch.load)")
+        if self._worker is None:
+            self._exchange = Exchange(self.codec, self.process_group, self.timeout, self.seed,
+                                      self.nonfinite == "skip", self.threads)
+            self._exact_exchange = Exchange(Codec("none"), self.process_group, self.timeout, self.seed,
+                                            self.nonfinite == "skip", self.threads)
+            self._worker = FifoWorker(f"gradcomp-ddp-{id(self):x}")
+        buffer = bucket.buffer()
+        grads = bucket.gradients()
+        params = bucket.parameters()
+        step, last = self.iter, bucket.is_last()
+        if last:
+            self.iter += 1
+        fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, last))
+        # DDP reads the Future from C++, which sees a Python set_exception as a value, not an error; a
+        # callback that re-raises makes it a real error, which backward() raises with gradcomp's message.
+        return fut.then(_value_or_raise)
+
+    def _layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]):
+        base = buffer.data_ptr()
+        compressed, exact = [], []
+        for g, p in zip(grads, params):
+            name = self._names.get(p.data_ptr())
+            if name is None:
+                raise _C.InvalidArgument("gradcomp ddp_hook: a bucket holds a parameter that is not in the "
+                                         "attached model (attach the DDP model the hook is registered on)")
+            offset = (g.data_ptr() - base) // buffer.element_size()
+            (compressed if g.numel() >= self.min_numel else exact).append((name, offset, g.numel()))
+        return compressed, exact
+
+    @staticmethod
+    def _packed(pieces, numel_total, buffer: torch.Tensor):
+        """(layout of the packed pieces, packed tensor): a view of the bucket when the pieces are one run."""
+        layout_pieces, packed_offset = [], 0
+        for name, offset, n in pieces:
+            layout_pieces.append(Piece(name, 0, packed_offset, n, n))
+            packed_offset += n
+        layout = Layout(layout_pieces, packed_offset)
+        contiguous = all(pieces[i][1] + pieces[i][2] == pieces[i + 1][1] for i in range(len(pieces) - 1))
+        if pieces and contiguous:
+            return layout, buffer[pieces[0][1]:pieces[0][1] + packed_offset], True
+        if not pieces:
+            return layout, buffer[:0], True
+        return layout, torch.cat([buffer[o:o + n] for _, o, n in pieces]), False
+
+    def _reduce(self, buffer: torch.Tensor, grads, params, step: int, last: bool) -> torch.Tensor:
+        ex = self._exchange
+        assert ex is not None
+        stats = ExchangeStats()
+        if not self._checked:
+            check_ranks_agree(self.config(), self.process_group, self.timeout, "gradcomp ddp_hook", buffer.device)
+            self._checked = True
+        compressed_elements = 0
+        if step < self.start_iter or ex.world == 1:
+            ex.exact_mean(buffer, stats)
+        else:
+            compressed, exact = self._layout(buffer, grads, params)
+            layout, packed, is_view = self._packed(compressed, buffer.numel(), buffer)
+            exact_layout, exact_packed, exact_view = self._packed(exact, buffer.numel(), buffer)
+            if exact_packed.numel():
+                # Lossless, but through gradcomp's own reduce-scatter rather than the process group's
+                # all-reduce: the sum runs in rank order per parameter, so the result does not depend on
+                # which bucket a parameter is in (a resumed run's buckets may differ), and a non-finite
+                # value is reported by name like any other.
+                status = self._exact_exchange.reduce_scatter_mean(exact_packed, exact_layout.parts(), None, None,
+                                                                  None, None, step, exact_layout.hash32, stats)
+                if status.code != STATUS_OK:
+                    raise_status(status, "ddp_hook", exact_layout.name_at, step, exact_layout.hash32)
+                if not exact_view:
+                    self._scatter(buffer, exact, exact_packed)
+            if packed.numel():
+                compressed_elements = packed.numel()
+                self._reduce_compressed(layout, packed, step, stats)
+                if not is_view:
+                    self._scatter(buffer, compressed, packed)
+        self._account(step, last, buffer.numel(), compressed_elements, stats)
+        return buffer
+
+    @staticmethod
+    def _scatter(buffer: torch.Tensor, pieces, packed: torch.Tensor) -> None:
+        at = 0
+        for _, offset, n in pieces:
+            buffer[offset:offset + n].copy_(packed[at:at + n])
+            at += n
+
+    def _reduce_compressed(self, layout: Layout, x: torch.Tensor, step: int, stats: ExchangeStats) -> None:
+        ex = self._exchange
+        ef = self.error_feedback == "ef"
+        parts = layout.parts()
+        rin = self.residuals.current(layout, x.device) if ef else None
+        rout = self.residuals.scratch(layout) if ef else None
+        if ef:
+            rout.copy_(rin)  # a rank's parts are all rewritten; the copy keeps a failed step's residual whole
+        if self.algorithm == "reduce-scatter":
+            sin = self.server_residuals.current(layout, x.device) if ef else None
+            sout = self.server_residuals.scratch(layout) if ef else None
+            if ef:
+                sout.copy_(sin)  # only this rank's segments are rewritten; the rest must carry over
+            status = ex.reduce_scatter_mean(x, parts, rin, rout, sin, sout, step, layout.hash32, stats)
+        elif self.algorithm == "allgather":
+            status = ex.allgather_mean(x, parts, rin, rout, step, layout.hash32, stats)
+        else:
+            status = ex.randomk_mean(x, parts, rin, rout, step, layout.hash32, stats)
+        if status.code != STATUS_OK:
+            raise_status(status, "ddp_hook", layout.name_at, step, layout.hash32)
+        if ef:
+            self.residuals.commit(layout)
+            if self.algorithm == "reduce-scatter":
+                self.server_residuals.commit(layout)
+
+    def _account(self, step: int, last: bool, elements: int, compressed_elements: int, stats: ExchangeStats) -> None:
+        p = self._pending_stats
+        if p.get("step") != step:
+            p.clear()
+            p.update(step=step, buckets=0, elements=0, compressed_elements=0, stats=ExchangeStats(),
+                     started=time.perf_counter())
+        p["buckets"] += 1
+        p["elements"] += elements
+        p["compressed_elements"] += compressed_elements
+        p["stats"].add(stats)
+        if last:
+            s: ExchangeStats = p["stats"]
+            world = dist.get_world_size(self.process_group)
+            fp32_ring = 2 * (world - 1) * p["elements"] * 4 // max(world, 1)
+            self.last_stats = {
+                "step": step, "buckets": p["buckets"], "elements": p["elements"],
+                "compressed_elements": p["compressed_elements"], "bytes_sent": s.bytes_sent,
+                "fp32_allreduce_bytes": fp32_ring,
+                "compression_ratio": fp32_ring / s.bytes_sent if s.bytes_sent else 1.0,
+                "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
+                "skipped": s.skipped, "saturated": s.saturated,
+            }
+
+
+def _value_or_raise(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()
+
+
+def ddp_hook(state: DDPState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The communication hook: ddp.register_comm_hook(state, gradcomp.torch.ddp_hook)."""
+    return state._submit(bucket)

@@ -1,0 +1,14 @@
+// The pieces of the gradcomp._C extension module, one file each.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace gradcomp::python {
+
+namespace nb = nanobind;
+
+void bindErrors(nanobind::module_& m);
+void bindCodec(nanobind::module_& m);
+void bindErrorFeedback(nanobind::module_& m);
+
+}  // namespace gradcomp::python

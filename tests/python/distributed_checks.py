@@ -1,0 +1,409 @@
+"""Checks that need a process group, run in spawned gloo ranks: `run_checks(world)` spawns `world`
+processes once, each runs every check registered for that world size, and the results (one entry per
+check: passed, or the failure on each rank) come back to pytest, which reports each check as its own
+test. Each check gets a fresh subgroup, so one check's failure cannot leave the next one a broken group."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import os
+import socket
+import tempfile
+import traceback
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import gradcomp
+import gradcomp.torch as gt
+
+CHECKS: dict[str, tuple[Callable, tuple[int, ...]]] = {}
+
+
+def check(*worlds: int):
+    def register(fn):
+        CHECKS[fn.__name__] = (fn, worlds)
+        return fn
+    return register
+
+
+class Failed(AssertionError):
+    pass
+
+
+def expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise Failed(message)
+
+
+# --- the models and the runs -------------------------------------------------------------------------
+class Net(torch.nn.Module):
+    """Weights above the default min_numel (1024) and biases below it, in two DDP buckets when small."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(40, 64)
+        self.fc2 = torch.nn.Linear(64, 48)
+        self.head = torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def make_net(seed: int = 0) -> Net:
+    torch.manual_seed(seed)
+    return Net()
+
+
+def batches(rank: int, steps: int, seed: int = 7):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return [(torch.randn(16, 40, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(steps)]
+
+
+def ddp_of(net, group, bucket_cap_mb: float = 25.0):
+    return torch.nn.parallel.DistributedDataParallel(net, process_group=group, bucket_cap_mb=bucket_cap_mb)
+
+
+def train(ddp, data, lr: float = 0.1, record_grads: bool = False):
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    grads = []
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        if record_grads:
+            grads.append(torch.cat([p.grad.reshape(-1).clone() for p in ddp.parameters()]))
+        opt.step()
+    return grads, opt
+
+
+def flat_params(m) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def same_on_all_ranks(t: torch.Tensor, group) -> bool:
+    everyone = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, t.contiguous(), group=group)
+    return all(torch.equal(everyone[0], e) for e in everyone)
+
+
+def hooked(group, codec: str, ef: str = "none", bucket_cap_mb: float = 25.0, seed: int = 0, **kw):
+    ddp = ddp_of(make_net(seed), group, bucket_cap_mb)
+    state = gt.DDPState(ddp, codec=codec, error_feedback=ef, process_group=group, **kw)
+    ddp.register_comm_hook(state, gt.ddp_hook)
+    return ddp, state
+
+
+def raises_on_every_rank(fn, exc_type, group) -> str:
+    """Runs fn, which must raise exc_type (directly, or through DDP's backward, which re-raises a hook's
+    error as a RuntimeError carrying its message and type name); returns the message after checking
+    every rank saw one."""
+    message = ""
+    try:
+        fn()
+    except exc_type as e:  # noqa: PERF203
+        message = str(e)
+    except RuntimeError as e:
+        if exc_type.__name__ in str(e):
+            message = str(e)
+        else:
+            raise
+    got = torch.tensor([1 if message else 0])
+    dist.all_reduce(got, group=group)
+    expect(int(got) == dist.get_world_size(group), f"{exc_type.__name__} raised on {int(got)} of "
+           f"{dist.get_world_size(group)} ranks (this rank: {message or 'nothing'})")
+    return message
+
+
+# --- the checks --------------------------------------------------------------------------------------
+@check(2, 4)
+def identity_codec_is_bit_exact_against_ddp_without_a_hook(rank, group):
+    data = batches(rank, 4)
+    ref, _ = train(ddp_of(make_net(), group), data, record_grads=True)
+    for ef in ("none", "ef"):
+        ddp, _ = hooked(group, "none", ef, min_numel=0)
+        got, _ = train(ddp, data, record_grads=True)
+        for step, (a, b) in enumerate(zip(ref, got)):
+            if dist.get_world_size(group) == 2:
+                # Two addends: the sum is the same in any order, so gloo's and gradcomp's agree bitwise.
+                expect(torch.equal(a, b), f"ef={ef} step {step}: max |diff| {float((a - b).abs().max())}")
+            else:
+                # Four: gloo's ring adds in another order than gradcomp's rank order; fp32 rounding only.
+                expect(torch.allclose(a, b, rtol=0, atol=4 * 2**-24 * float(a.abs().max())),
+                       f"ef={ef} step {step}: max |diff| {float((a - b).abs().max())}")
+
+
+@check(2)
+def steps_before_start_iter_are_ddps_own_all_reduce(rank, group):
+    data = batches(rank, 3)
+    ref, _ = train(ddp_of(make_net(), group), data, record_grads=True)
+    ddp, _ = hooked(group, "int8", "ef", start_iter=2)
+    got, _ = train(ddp, data, record_grads=True)
+    expect(torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1]), "steps 0 and 1 differ from DDP's")
+    expect(not torch.equal(ref[2], got[2]), "step 2 should be compressed (int8) and differ")
+
+
+@check(2)
+def fp16_matches_torchs_fp16_compress_hook(rank, group):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    data = batches(rank, 3)
+    ref_ddp = ddp_of(make_net(), group)
+    ref_ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    ref, _ = train(ref_ddp, data, record_grads=True)
+    ddp, _ = hooked(group, "fp16", "none", min_numel=0)
+    got, _ = train(ddp, data, record_grads=True)
+    for step, (a, b) in enumerate(zip(ref, got)):
+        # torch: round each gradient to fp16, sum in fp16, widen. gradcomp: round to fp16, sum in fp32,
+        # round the mean to fp16. Each path rounds at most twice at fp16's 2^-11 relative spacing.
+        bound = 4 * 2**-11 * (a.abs() + b.abs()) + 2**-24
+        expect(bool(((a - b).abs() <= bound).all()), f"step {step}: max |diff| {float((a - b).abs().max())} "
+               f"beyond 2 fp16 roundings")
+
+
+CODECS = ["none", "fp16", "bf16", "fp8-e4m3", "int8", "int8:block=64,rounding=stochastic", "qsgd", "terngrad",
+          "sign", "onebit", "topk:ratio=0.05", "topk:ratio=0.05,values=fp16", "threshold:ratio=0.05",
+          "randomk:ratio=0.05", "randomk:ratio=0.05,values=fp16"]
+
+
+@check(2, 4)
+def every_codec_and_error_feedback_gives_the_same_result_on_every_rank(rank, group):
+    data = batches(rank, 3)
+    exact, _ = train(ddp_of(make_net(), group), data, record_grads=True)
+    for codec in CODECS:
+        for ef in ("none", "ef"):
+            ddp, state = hooked(group, codec, ef, min_numel=100)
+            got, _ = train(ddp, data, record_grads=True)
+            for step, g in enumerate(got):
+                expect(bool(torch.isfinite(g).all()), f"{codec} ef={ef} step {step}: non-finite result")
+                expect(same_on_all_ranks(g, group), f"{codec} ef={ef} step {step}: ranks hold different results")
+            if codec in ("none", "fp16", "bf16", "int8"):
+                rel = float((got[0] - exact[0]).norm() / exact[0].norm())
+                limit = {"none": 1e-6, "fp16": 1e-3, "bf16": 8e-3, "int8": 2e-2}[codec]
+                expect(rel <= limit, f"{codec} ef={ef}: relative error {rel:.2e} against the exact mean > {limit}")
+            expect(state.last_stats["bytes_sent"] > 0, f"{codec}: no bytes accounted")
+            state.close()
+
+
+@check(2)
+def statistics_count_the_bytes_each_algorithm_sends(rank, group):
+    data = batches(rank, 1)
+    ddp, state = hooked(group, "int8:block=256", "ef", min_numel=0, bucket_cap_mb=25)
+    train(ddp, data)
+    s = state.last_stats
+    params = list(ddp.parameters())
+    n = sum(p.numel() for p in params)
+
+    def int8_wire(m):  # 48-byte header, one fp32 scale per 256 values, m codes, sections padded to 16
+        pad = lambda b: -(-b // 16) * 16  # noqa: E731
+        return 48 + pad(-(-m // 256) * 4) + pad(m)
+
+    # One bucket; every parameter cut in two segments, one wire each; a message is a 32-byte header and
+    # the wires (16-aligned). Each rank sends one message in the all_to_all and one in the all-gather,
+    # both sized for the larger segment of every parameter.
+    msg = 32 + sum(-(-int8_wire(-(-p.numel() // 2)) // 16) * 16 for p in params)
+    msg = -(-msg // 16) * 16
+    expect(s["bytes_sent"] == 2 * msg, f"bytes_sent {s['bytes_sent']}, expected {2 * msg}")
+    expect(s["elements"] == n and s["compressed_elements"] == n, f"elements {s['elements']}")
+    expect(abs(s["compression_ratio"] - (4 * n) / (2 * msg)) < 1e-9, f"ratio {s['compression_ratio']}")
+    expect(s["codec_seconds"] > 0 and state.residual_norm() > 0, "codec time and residual norm must be positive")
+
+
+def _resume(group, rank, codec, ef, cap_before, cap_after, steps=6, cut=3):
+    data = batches(rank, steps)
+    full, state = hooked(group, codec, ef, bucket_cap_mb=cap_before, min_numel=100)
+    train(full, data)
+    reference = flat_params(full)
+    state.close()
+    first, state = hooked(group, codec, ef, bucket_cap_mb=cap_before, min_numel=100)
+    _, opt = train(first, data[:cut])
+    blob = io.BytesIO()
+    torch.save({"model": first.module.state_dict(), "hook": state.state_dict()}, blob)
+    state.close()
+    blob.seek(0)
+    saved = torch.load(blob, weights_only=False)
+    second, state2 = hooked(group, codec, ef, bucket_cap_mb=cap_after, min_numel=100, seed=99)
+    second.module.load_state_dict(saved["model"])
+    state2.load_state_dict(saved["hook"])
+    train(second, data[cut:])
+    return reference, flat_params(second)
+
+
+@check(2, 4)
+def resume_on_a_new_ddp_instance_continues_bitwise(rank, group):
+    for codec, ef in (("int8", "ef"), ("topk:ratio=0.05", "ef"), ("int8:rounding=stochastic", "ef")):
+        a, b = _resume(group, rank, codec, ef, 25, 25)
+        expect(torch.equal(a, b), f"{codec} ef={ef}: resumed parameters differ (max {float((a - b).abs().max())})")
+
+
+@check(2, 4)
+def resume_with_other_buckets_continues_bitwise(rank, group):
+    # Residuals are stored by parameter name and every parameter is encoded on its own, so a run resumed
+    # on a DDP instance with other buckets (a changed bucket_cap_mb; the rebuild after its first step)
+    # gives the same bytes and the same parameters as the uninterrupted run.
+    for codec, ef, before, after in (("int8", "ef", 25, 0.001), ("topk:ratio=0.05", "ef", 0.001, 25),
+                                     ("fp8-e4m3", "ef", 25, 0.002)):
+        a, b = _resume(group, rank, codec, ef, before, after)
+        expect(torch.equal(a, b), f"{codec} ef={ef} buckets {before} -> {after} MB: parameters differ "
+               f"(max {float((a - b).abs().max())})")
+
+
+@check(2)
+def tiny_bucket_cap_rebuilds_buckets_and_stays_exact(rank, group):
+    data = batches(rank, 4)
+    ref, _ = train(ddp_of(make_net(), group), data, record_grads=True)
+    ddp, state = hooked(group, "none", "ef", bucket_cap_mb=0.001, min_numel=0)
+    got, _ = train(ddp, data, record_grads=True)
+    expect(all(torch.equal(a, b) for a, b in zip(ref, got)), "identity codec with tiny buckets differs from DDP")
+    expect(state.last_stats["buckets"] >= 3, f"only {state.last_stats['buckets']} buckets with bucket_cap_mb=0.001")
+    ddp, state = hooked(group, "int8", "ef", bucket_cap_mb=0.001, min_numel=100)
+    got, _ = train(ddp, data, record_grads=True)
+    expect(all(same_on_all_ranks(g, group) and bool(torch.isfinite(g).all()) for g in got), "int8 tiny buckets")
+
+
+@check(2)
+def a_different_configuration_on_one_rank_is_the_same_error_on_every_rank(rank, group):
+    for field, values in (("codec", ("int8", "fp16")), ("min_numel", (1024, 100)), ("error_feedback", ("ef", "none"))):
+        kw = {"codec": "int8", "error_feedback": "ef", "min_numel": 1024}
+        kw[field] = values[rank % 2]
+        codec, ef = kw.pop("codec"), kw.pop("error_feedback")
+        ddp, state = hooked(group, codec, ef, **kw)
+        msg = raises_on_every_rank(lambda: train(ddp, batches(rank, 1)), gradcomp.CollectiveMismatch, group)
+        expect(field in msg and "rank 1" in msg, f"the message does not name {field} and rank 1: {msg}")
+        state.close()
+
+
+@check(2)
+def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(rank, group):
+    data = batches(rank, 2)
+    ddp, state = hooked(group, "int8", "ef", min_numel=100)
+    train(ddp, data[:1])
+    before = state.state_dict()["residuals"]
+    x, y = data[1]
+
+    def poisoned_step():
+        with torch.no_grad():
+            if rank == 1:
+                ddp.module.fc2.weight.grad = None
+            ddp.zero_grad()
+        h = ddp.module.fc2.weight.register_hook(lambda g: g * float("nan") if rank == 1 else g)
+        try:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        finally:
+            h.remove()
+
+    msg = raises_on_every_rank(poisoned_step, gradcomp.NonFiniteError, group)
+    expect("fc2.weight" in msg and "rank 1" in msg, f"message does not name fc2.weight / rank 1: {msg}")
+    after = state.state_dict()["residuals"]
+    expect(all(torch.equal(before[k], after[k]) for k in before), "residuals changed by the failed step")
+    # With nonfinite="skip" the poisoned rank sends zeros and training goes on.
+    ddp, state = hooked(group, "int8", "ef", min_numel=100, nonfinite="skip")
+    train(ddp, data[:1])
+    h = ddp.module.fc2.weight.register_hook(lambda g: g * float("nan") if rank == 1 else g)
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    h.remove()
+    expect(all(bool(torch.isfinite(p.grad).all()) for p in ddp.parameters()), "skip left a non-finite gradient")
+    skipped = torch.tensor([state.last_stats["skipped"]])
+    dist.all_reduce(skipped, group=group)
+    expect(int(skipped) >= 1, "no bucket counted as skipped")
+
+
+@check(2)
+def the_hook_state_pickles_with_torch_save(rank, group):
+    data = batches(rank, 4)
+    ddp, state = hooked(group, "int8", "ef", min_numel=100)
+    train(ddp, data[:2])
+    blob = io.BytesIO()
+    torch.save(state, blob)
+    blob.seek(0)
+    restored = torch.load(blob, weights_only=False)
+    expect(restored.iter == state.iter == 2, f"iter {restored.iter}")
+    a, b = state.state_dict()["residuals"], restored.state_dict()["residuals"]
+    expect(all(torch.equal(a[k], b[k]) for k in a), "residuals differ after pickling")
+    fresh = ddp_of(make_net(), group)
+    fresh.module.load_state_dict(ddp.module.state_dict())
+    restored.attach(fresh, process_group=group)
+    fresh.register_comm_hook(restored, gt.ddp_hook)
+    train(fresh, data[2:])
+    train(ddp, data[2:])
+    expect(torch.equal(flat_params(fresh), flat_params(ddp)), "the unpickled state trains differently")
+
+
+@check(2)
+def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
+    from torch.distributed.fsdp import fully_shard
+
+    def fsdp_net():
+        net = make_net()
+        for m in (net.fc1, net.fc2, net.head):
+            fully_shard(m, mesh=None)
+        fully_shard(net)
+        return net
+
+    data = batches(rank, 3)
+
+    def grads_of(net):
+        out = []
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            out.append(torch.cat([p.grad.full_tensor().reshape(-1) for p in net.parameters()]))
+            opt.step()
+        return out
+
+    ref = grads_of(fsdp_net())
+    net = fsdp_net()
+    comms = gt.compress_fsdp(net, codec="none", error_feedback="none")
+    got = grads_of(net)
+    expect(len(comms) == 4, f"{len(comms)} FSDP modules got the reduce-scatter")
+    for step, (a, b) in enumerate(zip(ref, got)):
+        expect(torch.equal(a, b), f"none: step {step} max |diff| {float((a - b).abs().max())}")
+    net = fsdp_net()
+    comms = gt.compress_fsdp(net, codec="int8", error_feedback="ef")
+    got = grads_of(net)
+    for step, (a, b) in enumerate(zip(ref, got)):
+        # int8 with a scale per 256 values: each value within half a step of its block's max / 127,
+        # summed over ranks then averaged: |err| <= max|block| / 254 <= max|g| / 254 per element.
+        limit = float(max(a.abs().max(), b.abs().max())) / 254 * 2 + 1e-6
+        expect(float((a - b).abs().max()) <= limit, f"int8: step {step} max |diff| {float((a - b).abs().max())} > {limit}")
+    keys = sorted(k for rs in comms.values() for k in rs.state_dict()["residuals"])
+    expect(keys == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "head.bias", "head.weight"],
+           f"FSDP residuals are not keyed by parameter name: {keys}")
+
+
+# --- the spawn ---------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[str]) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    results = {}
+    for name in names:
+        group = dist.new_group(list(range(world)))
+        try:
+            CHECKS[name][0](rank, group)
+            results[name] = None
+        except BaseException as e:  # noqa: BLE001 -- reported to pytest
+            results[name] = f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+        dist.barrier()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def run_checks(world: int) -> dict[str, list[str]]:
+    """{check name: failures (one string per failing rank; empty when it passed)}."""
+    names = [n for n, (_, worlds) in CHECKS.items() if world in worlds]
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_rank_main, args=(world, os.path.join(tmp, "init"), tmp, names), nprocs=world, join=True)
+        per_rank = [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
+    return {n: [r[n] for r in per_rank if r.get(n)] for n in names}

@@ -1,0 +1,202 @@
+"""gradcomp's codecs and error feedback from Python: the same bytes as the C++ command line, zero-copy
+DLPack arrays (numpy, torch), typed errors carrying the C++ message, and no silent conversions."""
+
+import pickle
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import gradcomp
+
+# Every codec with its parameters as the C++ codec suite lists them (tests/compressors/codec_test_util.h).
+CONFIGURATIONS = [
+    "none", "fp16", "fp16:prescale=0.125", "bf16", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3:block=7", "int8",
+    "int8:rounding=stochastic,block=100", "qsgd", "qsgd:bits=2", "qsgd:bits=8,block=33", "terngrad", "topk",
+    "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
+    "randomk:ratio=0.25,unbiased=true", "threshold:ratio=0.05", "sign", "sign:block=9", "onebit",
+    "onebit:block=13",
+]
+
+
+def normal(n, seed=3, sigma=1.0):
+    return (np.random.default_rng(seed).standard_normal(n) * sigma).astype(np.float32)
+
+
+def test_codecs_lists_every_registered_codec():
+    assert gradcomp.codecs() == ["none", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "qsgd", "terngrad", "topk",
+                                 "randomk", "threshold", "sign", "onebit"]
+
+
+@pytest.mark.parametrize("spec", CONFIGURATIONS)
+def test_python_writes_the_bytes_the_cli_writes(spec, tmp_path, gradcomp_cli):
+    x = normal(4099, seed=11)
+    residual = normal(4099, seed=12, sigma=0.01)
+    x.tofile(tmp_path / "x.f32")
+    residual.tofile(tmp_path / "r.f32")
+    ctx = dict(seed=5, rank=2, step=7, tensor_id=3)
+    cli_ctx = ["--seed", "5", "--rank", "2", "--step", "7", "--tensor", "3"]
+    subprocess.run([gradcomp_cli, "encode", "--codec", spec, "--in", tmp_path / "x.f32", "--out", tmp_path / "w",
+                    *cli_ctx], check=True, capture_output=True)
+    subprocess.run([gradcomp_cli, "encode", "--codec", spec, "--in", tmp_path / "x.f32", "--out", tmp_path / "we",
+                    "--residual-in", tmp_path / "r.f32", "--residual-out", tmp_path / "r2.f32", *cli_ctx],
+                   check=True, capture_output=True)
+    subprocess.run([gradcomp_cli, "decode", "--in", tmp_path / "w", "--out", tmp_path / "y.f32"], check=True,
+                   capture_output=True)
+    codec = gradcomp.Codec(spec)
+    enc = codec.encode(x, **ctx)
+    assert enc.wire.tobytes() == (tmp_path / "w").read_bytes()
+    r = residual.copy()
+    enc_ef = codec.encode_with_residual(x, r, **ctx)
+    assert enc_ef.wire.tobytes() == (tmp_path / "we").read_bytes()
+    assert r.tobytes() == (tmp_path / "r2.f32").read_bytes()
+    assert codec.decode(enc.wire).tobytes() == (tmp_path / "y.f32").read_bytes()
+    # A torch tensor in gives the same bytes, in a torch tensor out.
+    t = codec.encode(torch.from_numpy(x), **ctx)
+    assert isinstance(t.wire, torch.Tensor) and t.wire.numpy().tobytes() == enc.wire.tobytes()
+
+
+def test_arrays_cross_without_copies():
+    codec = gradcomp.Codec("int8:block=256")
+    x = torch.from_numpy(normal(1 << 16))
+    out = torch.empty(codec.max_encoded_bytes(x.numel()), dtype=torch.uint8)
+    enc = codec.encode(x, out)
+    assert enc.wire.data_ptr() == out.data_ptr()  # the wire is a view of the caller's buffer
+    y = torch.full_like(x, 7.0)
+    ptr = y.data_ptr()
+    codec.decode(enc.wire, y)
+    assert y.data_ptr() == ptr and not torch.equal(y, torch.full_like(x, 7.0))
+    # numpy views of torch memory and back: still the same memory
+    yn = y.numpy()
+    codec.decode(enc.wire, yn, accumulate=True)
+    assert torch.equal(y, torch.from_numpy(yn))
+
+
+def test_decode_accumulate_equals_decode_then_add():
+    codec = gradcomp.Codec("qsgd:bits=4")
+    x = normal(1000)
+    enc = codec.encode(x, seed=1)
+    base = normal(1000, seed=9)
+    acc = base.copy()
+    codec.decode(enc.wire, acc, accumulate=True)
+    assert np.array_equal(acc, base + codec.decode(enc.wire))
+
+
+def test_no_silent_conversion_of_wrong_dtypes_or_layouts():
+    codec = gradcomp.Codec("fp16")
+    with pytest.raises(TypeError):
+        codec.encode(np.zeros(10, dtype=np.float64))  # would otherwise be copied to float32
+    with pytest.raises(TypeError):
+        codec.encode(np.zeros(20, dtype=np.float32)[::2])  # strided
+    enc = codec.encode(np.ones(10, dtype=np.float32))
+    with pytest.raises(TypeError):
+        codec.decode(enc.wire, np.zeros(10, dtype=np.float64))  # an in-place decode into a copy would be lost
+
+
+def test_errors_are_typed_and_carry_the_cpp_message():
+    with pytest.raises(gradcomp.InvalidArgument, match="unknown codec 'int9'.*known: none, fp16"):
+        gradcomp.Codec("int9")
+    with pytest.raises(ValueError, match="'int8' has no parameter 'blok'"):  # InvalidArgument is a ValueError too
+        gradcomp.Codec("int8:blok=3")
+    codec = gradcomp.Codec("int8")
+    x = normal(300)
+    x[123] = np.inf
+    with pytest.raises(gradcomp.NonFiniteError) as e:
+        codec.encode(x, tensor_id=4)
+    assert e.value.index == 123 and e.value.tensor_id == 4 and isinstance(e.value, ArithmeticError)
+    with pytest.raises(gradcomp.InvalidArgument, match="wire"):
+        codec.encode(normal(300), np.empty(10, dtype=np.uint8))  # too small for 300 values
+    assert issubclass(gradcomp.TimeoutError, TimeoutError) and issubclass(gradcomp.Error, RuntimeError)
+
+
+def test_a_corrupted_payload_is_a_decode_error_and_nothing_is_written():
+    codec = gradcomp.Codec("int8")
+    wire = codec.encode(normal(1000)).wire.copy()
+    out = np.full(1000, 5.0, dtype=np.float32)
+    bad = wire.copy()
+    bad[10] ^= 0xFF  # the header's checksum no longer matches
+    with pytest.raises(gradcomp.DecodeError):
+        codec.decode(bad, out)
+    assert np.all(out == 5.0)
+    with pytest.raises(gradcomp.DecodeError):
+        codec.decode(wire[:100], out)  # truncated
+    assert np.all(out == 5.0)
+    with pytest.raises(gradcomp.DecodeError, match="fp16|codec"):
+        gradcomp.Codec("fp16").decode(wire, out)  # another codec's payload
+    with pytest.raises(gradcomp.DecodeError, match="1000 elements, output has 999"):
+        codec.decode(wire, np.zeros(999, dtype=np.float32))
+
+
+def test_inspect_reads_the_validated_header():
+    codec = gradcomp.Codec("topk:ratio=0.1,values=fp16")
+    enc = codec.encode(normal(1000))
+    h = codec.inspect(enc.wire)
+    assert (h["codec"], h["num_elements"], h["count"], h["wire_bytes"]) == ("topk", 1000, 100, enc.wire_bytes)
+    assert gradcomp.inspect_any(enc.wire)["codec"] == "topk"
+    y = np.empty(1000, dtype=np.float32)
+    gradcomp.decode_any(enc.wire, y)
+    assert np.array_equal(y, codec.decode(enc.wire))
+
+
+def test_description_of_a_codec():
+    codec = gradcomp.Codec("int8:block=0256")
+    assert codec.canonical_spec == "int8:block=256,rounding=nearest" and codec.name == "int8"
+    assert codec.traits["reencodable"] and not codec.traits["sparse"]
+    assert gradcomp.Codec("topk:ratio=0.01").sparse_entries(10000) == 100
+    assert pickle.loads(pickle.dumps(codec)).canonical_spec == codec.canonical_spec
+
+
+def test_error_feedback_policy_keeps_the_invariant_and_its_state():
+    codec = gradcomp.Codec("int8")
+    ef = gradcomp.ErrorFeedback("ef")
+    g = normal(2048, seed=1)
+    out = np.empty(codec.max_encoded_bytes(g.size), dtype=np.uint8)
+    outcome = ef.compress_into(codec._c, g, out, tensor_id=9)
+    wire = out[:outcome.encoded.wire_bytes]
+    e = ef.state(9)
+    # ef: g + e_before (zero) == D(wire) + e_after, up to one fp32 rounding of the subtraction
+    assert np.allclose(g, codec.decode(wire) + e, rtol=0, atol=1e-6)
+    assert ef.tensor_ids() == [9] and ef.num_buffers == 1
+    # save / load and pickle carry the state exactly
+    restored = gradcomp.ErrorFeedback("ef")
+    restored.load(ef.save())
+    assert np.array_equal(restored.state(9), e)
+    assert np.array_equal(pickle.loads(pickle.dumps(ef)).state(9), e)
+    with pytest.raises(gradcomp.InvalidArgument):
+        gradcomp.ErrorFeedback("ef21").load(ef.save())  # another policy's state
+    # set_state replaces it, and refuses non-finite values
+    ef.set_state(9, [np.zeros(2048, dtype=np.float32)])
+    assert not ef.state(9).any()
+    bad = np.zeros(2048, dtype=np.float32)
+    bad[5] = np.nan
+    with pytest.raises(gradcomp.InvalidArgument, match="index 5"):
+        ef.set_state(9, [bad])
+    # a non-finite gradient leaves the state untouched
+    before = ef.state(9)
+    g[17] = np.nan
+    with pytest.raises(gradcomp.NonFiniteError):
+        ef.compress_into(codec._c, g, out, tensor_id=9)
+    assert np.array_equal(ef.state(9), before)
+
+
+def test_error_feedback_specs_are_validated():
+    with pytest.raises(gradcomp.InvalidArgument):
+        gradcomp.ErrorFeedback("ef42")
+    assert gradcomp.ErrorFeedback("dgc:momentum=0.9").num_buffers == 2
+    assert "nonfinite=error" in gradcomp.ErrorFeedback("ef").canonical_spec
+
+
+def test_cuda_arrays_need_an_explicit_stream_and_a_cuda_build():
+    if not torch.cuda.is_available():
+        # Without a GPU, check what can be: the device check rejects a non-cpu, non-cuda array (a meta
+        # tensor exports no DLPack at all) and the build reports whether CUDA is compiled in.
+        assert isinstance(gradcomp.build_info["cuda"], bool)
+        return
+    codec = gradcomp.Codec("int8")  # pragma: no cover -- runs on the GPU machine
+    x = torch.randn(1000, device="cuda")
+    out = torch.empty(codec.max_encoded_bytes(1000), dtype=torch.uint8, device="cuda")
+    with pytest.raises(gradcomp.InvalidArgument, match="stream"):
+        codec._c.encode_into(x, out)
+    enc = codec.encode(x, out)  # the wrapper passes torch's current stream
+    assert enc.wire.cpu().numpy().tobytes() == codec.encode(x.cpu()).wire.tobytes()
