@@ -10,5 +10,6 @@ namespace nb = nanobind;
 void bindErrors(nanobind::module_& m);
 void bindCodec(nanobind::module_& m);
 void bindErrorFeedback(nanobind::module_& m);
+void bindParts(nanobind::module_& m);
 
 }  // namespace gradcomp::python

@@ -13,6 +13,7 @@ NB_MODULE(_C, m) {
   gradcomp::python::bindErrors(m);
   gradcomp::python::bindCodec(m);
   gradcomp::python::bindErrorFeedback(m);
+  gradcomp::python::bindParts(m);
   nanobind::dict build;
 #ifdef GRADCOMP_HAVE_CUDA
   build["cuda"] = true;

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -39,6 +39,16 @@ STATUS_OK, STATUS_NONFINITE, STATUS_LAYOUT, STATUS_STEP = 0, 1, 2, 3
 _HEADER = np.dtype([("magic", "<u4"), ("status", "<u4"), ("origin", "<u4"), ("step", "<u4"),
                     ("layout", "<u4"), ("reserved", "<u4"), ("value", "<u8")])
 assert _HEADER.itemsize == HEADER_BYTES
+
+
+class Part(NamedTuple):
+    """One tensor of a message: elements [start, end) of the buffer, encoded on its own. Lossless parts
+    (parameters below the size threshold) travel as fp32 with the `none` codec and keep no residual."""
+
+    start: int
+    end: int
+    tensor_id: int
+    lossless: bool = False
 
 
 def segment_id(tensor_id: int, segment: int) -> int:
@@ -77,6 +87,7 @@ class Exchange:
     def __init__(self, codec: Codec, group: Optional[dist.ProcessGroup], timeout: datetime.timedelta,
                  seed: int, skip_nonfinite: bool, threads: int = 1):
         self.codec = codec
+        self.exact = Codec("none")
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -84,6 +95,18 @@ class Exchange:
         self.seed = seed
         self.skip_nonfinite = skip_nonfinite
         self.threads = threads
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def buffer(self, purpose: str, nbytes: int, device: torch.device, dtype=torch.uint8) -> torch.Tensor:
+        """A message buffer reused across steps: no allocation (and no page faults on fresh pages) per
+        bucket. Nothing refers to it after the call that used it returns."""
+        key = (purpose, nbytes, str(device), dtype)
+        b = self._buffers.get(key)
+        if b is None:
+            if len(self._buffers) > 64:
+                self._buffers.clear()  # layouts changed (bucket rebuild): drop the old sizes
+            b = self._buffers[key] = torch.empty(nbytes, dtype=dtype, device=device)
+        return b
 
     # --- plumbing ------------------------------------------------------------------------------------
     def _wait(self, work, what: str, stats: ExchangeStats) -> None:
@@ -125,17 +148,18 @@ class Exchange:
 
     def _encode(self, x: torch.Tensor, wire: torch.Tensor, residual_in: Optional[torch.Tensor],
                 residual_out: Optional[torch.Tensor], step: int, tensor_id: int, offset: int,
-                stats: ExchangeStats) -> tuple[Status, int]:
+                stats: ExchangeStats, codec: Optional[Codec] = None) -> tuple[Status, int]:
         """Encodes x (with error feedback when residuals are given). A non-finite x becomes a status
         (or, with skip, an encoding of zeros and an untouched residual); returns (status, wire bytes)."""
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+        c = (codec or self.codec)._c
         t0 = time.perf_counter()
         try:
             if residual_in is None:
-                r = self.codec._c.encode_into(x, wire, seed=self.seed, rank=self.rank, step=step,
+                r = c.encode_into(x, wire, seed=self.seed, rank=self.rank, step=step,
                                               tensor_id=tensor_id, stream=stream, threads=self.threads)
             else:
-                r = self.codec._c.encode_with_residual_into(x, residual_in, residual_out, wire, seed=self.seed,
+                r = c.encode_with_residual_into(x, residual_in, residual_out, wire, seed=self.seed,
                                                             rank=self.rank, step=step, tensor_id=tensor_id,
                                                             stream=stream, threads=self.threads)
             stats.saturated += r.saturated
@@ -145,7 +169,7 @@ class Exchange:
                 return Status(STATUS_NONFINITE, self.rank, offset + e.index), 0
             stats.skipped += 1
             zeros = torch.zeros_like(x)
-            r = self.codec._c.encode_into(zeros, wire, seed=self.seed, rank=self.rank, step=step,
+            r = c.encode_into(zeros, wire, seed=self.seed, rank=self.rank, step=step,
                                           tensor_id=tensor_id, stream=stream, threads=self.threads)
             if residual_out is not None:
                 residual_out.copy_(residual_in)
@@ -153,10 +177,11 @@ class Exchange:
         finally:
             stats.codec_seconds += time.perf_counter() - t0
 
-    def _decode(self, wire: torch.Tensor, out: torch.Tensor, accumulate: bool, stats: ExchangeStats) -> None:
+    def _decode(self, wire: torch.Tensor, out: torch.Tensor, accumulate: bool, stats: ExchangeStats,
+                codec: Optional[Codec] = None) -> None:
         stream = torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else None
         t0 = time.perf_counter()
-        self.codec._c.decode_into(wire, out, accumulate=accumulate, stream=stream, threads=self.threads)
+        (codec or self.codec)._c.decode_into(wire, out, accumulate=accumulate, stream=stream, threads=self.threads)
         stats.codec_seconds += time.perf_counter() - t0
 
     # --- parts: the tensors of one message, each its own wire -----------------------------------------
@@ -164,37 +189,41 @@ class Exchange:
     # Every parameter (or parameter segment) is encoded on its own, so its bytes depend only on its own
     # values: never on which bucket it shares, which is what makes a resumed run with other buckets
     # continue bitwise identically.
-    def room(self, parts: list[tuple[int, int, int]]) -> int:
-        return HEADER_BYTES + sum(_align16(self.codec.max_encoded_bytes(b - a)) for a, b, _ in parts)
+    def codec_of(self, part: Part) -> Codec:
+        return self.exact if part.lossless else self.codec
 
-    def _encode_parts(self, x: torch.Tensor, parts: list[tuple[int, int, int]], slot: torch.Tensor,
+    def room(self, parts: list[Part]) -> int:
+        return HEADER_BYTES + sum(_align16(self.codec_of(p).max_encoded_bytes(p.end - p.start)) for p in parts)
+
+    @staticmethod
+    def _rows(parts: list[Part]) -> np.ndarray:
+        return np.array(parts, dtype=np.int64).reshape(-1, 4)
+
+    def _encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
                       stats: ExchangeStats) -> tuple[Status, int]:
-        at = HEADER_BYTES
-        for a, b, tensor_id in parts:
-            room = self.codec.max_encoded_bytes(b - a)
-            status, n = self._encode(x[a:b], slot[at:at + room],
-                                     residual_in[a:b] if residual_in is not None else None,
-                                     residual_out[a:b] if residual_out is not None else None, step, tensor_id, a, stats)
-            if status.code != STATUS_OK:
-                return status, 0
-            at += _align16(n)
-        return Status(), at
+        """Encodes every part into slot after its header (one C++ call); returns (status, bytes used)."""
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+        t0 = time.perf_counter()
+        code, bad, used, saturated, skipped = _C.encode_parts_into(
+            self.codec._c, self.exact._c, x, self._rows(parts), slot, HEADER_BYTES, residual_in, residual_out,
+            seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite, stream=stream,
+            threads=self.threads)
+        stats.codec_seconds += time.perf_counter() - t0
+        stats.saturated += saturated
+        stats.skipped += skipped
+        if code != STATUS_OK:
+            return Status(STATUS_NONFINITE, self.rank, bad), 0
+        return Status(), used
 
-    def _decode_parts(self, slot: torch.Tensor, used: int, x: torch.Tensor, parts: list[tuple[int, int, int]],
+    def _decode_parts(self, slot: torch.Tensor, used: int, x: torch.Tensor, parts: list[Part],
                       accumulate: bool, stats: ExchangeStats, origin: int) -> None:
-        lengths = slot.cpu() if slot.is_cuda else slot
-        at = HEADER_BYTES
-        for a, b, _ in parts:
-            if at + 48 > used:
-                raise _C.DecodeError(f"gradcomp: rank {origin}'s message ends at byte {used}, before its wire for "
-                                     f"elements [{a}, {b})")
-            nbytes = 48 + int(lengths[at + 32:at + 40].view(torch.int64))
-            if nbytes > used - at or nbytes > self.codec.max_encoded_bytes(b - a):
-                raise _C.DecodeError(f"gradcomp: rank {origin}'s wire for elements [{a}, {b}) claims {nbytes} bytes; "
-                                     f"{min(used - at, self.codec.max_encoded_bytes(b - a))} at most fit")
-            self._decode(slot[at:at + nbytes], x[a:b], accumulate, stats)
-            at += _align16(nbytes)
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
+        t0 = time.perf_counter()
+        _C.decode_parts_into(self.codec._c, self.exact._c, slot, slot[:used].cpu() if slot.is_cuda else None, used,
+                             x, self._rows(parts), accumulate=accumulate, origin=origin, stream=stream,
+                             threads=self.threads)
+        stats.codec_seconds += time.perf_counter() - t0
 
     def _status_of(self, slots: torch.Tensor, step: int, layout: int, room: int) -> tuple[Status, np.ndarray]:
         headers = self._read_headers(slots)
@@ -207,18 +236,18 @@ class Exchange:
         self._wait(dist.all_reduce(x, group=self.group, async_op=True), "all-reduce", stats)
         stats.bytes_sent += 2 * (self.world - 1) * x.numel() * 4 // self.world
 
-    def split(self, parts: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    def split(self, parts: list[Part]) -> list[list[Part]]:
         """Each part cut into world-size segments: segments[s] is what owner s reduces."""
         W = self.world
-        out: list[list[tuple[int, int, int]]] = [[] for _ in range(W)]
-        for a, b, tensor_id in parts:
+        out: list[list[Part]] = [[] for _ in range(W)]
+        for a, b, tensor_id, lossless in parts:
             seg = -(-(b - a) // W)
             for s in range(W):
                 lo, hi = min(b, a + s * seg), min(b, a + (s + 1) * seg)
-                out[s].append((lo, hi, segment_id(tensor_id, s)))
+                out[s].append(Part(lo, hi, segment_id(tensor_id, s), lossless))
         return out
 
-    def reduce_scatter_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+    def reduce_scatter_mean(self, x: torch.Tensor, parts: list[Part],
                             residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor],
                             server_in: Optional[torch.Tensor], server_out: Optional[torch.Tensor], step: int,
                             layout: int, stats: ExchangeStats) -> Status:
@@ -228,41 +257,42 @@ class Exchange:
         W, me = self.world, self.rank
         segments = self.split(parts)
         slot1 = _align16(max(self.room(seg) for seg in segments))
-        send = torch.empty(W * slot1, dtype=torch.uint8, device=x.device)
+        send = self.buffer("rs-send", W * slot1, x.device)
         send_slots = send.view(W, slot1)
         for s in range(W):
             status, used = self._encode_parts(x, segments[s], send_slots[s], residual_in, residual_out, step, stats)
             self._write_header(send_slots[s], status, step, layout, used if status.code == STATUS_OK else status.value)
-        recv = torch.empty_like(send)
+        recv = self.buffer("rs-recv", W * slot1, x.device)
         self._wait(dist.all_to_all_single(recv, send, group=self.group, async_op=True), "reduce-scatter", stats)
         stats.bytes_sent += (W - 1) * slot1
         recv_slots = recv.view(W, slot1)
         status, headers = self._status_of(recv_slots, step, layout, slot1)
         mine = segments[me]
         slot2 = _align16(max(self.room(seg) for seg in segments))
-        out = torch.empty(slot2, dtype=torch.uint8, device=x.device)
+        out = self.buffer("ag-send", slot2, x.device)
         used = 0
         if status.code == STATUS_OK:
             # The owner's segments, summed in fp32 in a packed buffer, in rank order.
-            owned = sum(b - a for a, b, _ in mine)
-            acc = torch.zeros(owned, dtype=torch.float32, device=x.device)
+            owned = sum(p.end - p.start for p in mine)
+            acc = self.buffer("rs-acc", owned, x.device, torch.float32)  # the first decode overwrites
             local, at = [], 0
-            for a, b, tid in mine:
-                local.append((at, at + b - a, tid))
-                at += b - a
+            for p in mine:
+                local.append(Part(at, at + p.end - p.start, p.tensor_id, p.lossless))
+                at += p.end - p.start
             for r in range(W):
                 self._decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0, stats, r)
+            # (every owned element belongs to a part, so rank 0's overwrite covers acc entirely)
             acc.div_(W)
-            sin = torch.cat([server_in[a:b] for a, b, _ in mine]) if server_in is not None else None
+            sin = torch.cat([server_in[p.start:p.end] for p in mine]) if server_in is not None else None
             sout = torch.empty_like(sin) if sin is not None else None
             # The owner's re-encode draws from its own stream (the high bit) so it never repeats a sender's.
-            reencode = [(lo, hi, tid | 0x80000000) for lo, hi, tid in local]
+            reencode = [Part(p.start, p.end, p.tensor_id | 0x80000000, p.lossless) for p in local]
             status, used = self._encode_parts(acc, reencode, out, sin, sout, step, stats)
             if sout is not None and status.code == STATUS_OK:
-                for (a, b, _), (lo, hi, _) in zip(mine, local):
-                    server_out[a:b].copy_(sout[lo:hi])
+                for p, q in zip(mine, local):
+                    server_out[p.start:p.end].copy_(sout[q.start:q.end])
         self._write_header(out, status, step, layout, used if status.code == STATUS_OK else status.value)
-        gathered = torch.empty(W * slot2, dtype=torch.uint8, device=x.device)
+        gathered = self.buffer("ag-recv", W * slot2, x.device)
         self._wait(dist.all_gather_into_tensor(gathered, out, group=self.group, async_op=True), "all-gather", stats)
         stats.bytes_sent += (W - 1) * slot2
         gathered_slots = gathered.view(W, slot2)
@@ -274,7 +304,7 @@ class Exchange:
             self._decode_parts(gathered_slots[s], int(headers[s]["value"]), x, segments[s], False, stats, s)
         return Status()
 
-    def allgather_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+    def allgather_mean(self, x: torch.Tensor, parts: list[Part],
                        residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
                        layout: int, stats: ExchangeStats) -> Status:
         W = self.world
@@ -303,7 +333,7 @@ class Exchange:
         x.div_(W)
         return Status()
 
-    def randomk_mean(self, x: torch.Tensor, parts: list[tuple[int, int, int]],
+    def randomk_mean(self, x: torch.Tensor, parts: list[Part],
                      residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
                      layout: int, stats: ExchangeStats) -> Status:
         W = self.world
@@ -321,8 +351,11 @@ class Exchange:
             return status
         # Every part's values section, summed in one all-reduce (fp32; fp16 values widened and rounded
         # back, which every rank does alike).
+        if any(p.lossless for p in parts):
+            raise _C.InvalidArgument("gradcomp: randomk_mean carries random-k parts only (send the lossless ones "
+                                     "with reduce_scatter_mean)")
         sections, at = [], HEADER_BYTES
-        for a, b, _ in parts:
+        for a, b, _, _ in parts:
             nbytes = 48 + int(wire[at + 32:at + 40].view(torch.int64))
             w = wire[at:at + nbytes]
             offset, count, fp16 = self.codec.randomk_values(w)
@@ -333,7 +366,7 @@ class Exchange:
         self._wait(dist.all_reduce(values, group=self.group, async_op=True), "all-reduce values", stats)
         stats.bytes_sent += 2 * (W - 1) * values.numel() * 4 // W
         at = 0
-        for (start, nbytes, v), (a, b, _) in zip(sections, parts):
+        for (start, nbytes, v), (a, b, _, _) in zip(sections, parts):
             v.copy_(values[at:at + v.numel()])
             at += v.numel()
             self._decode(wire[start:start + nbytes], x[a:b], False, stats)

@@ -35,11 +35,12 @@ class Layout:
         self.key = text
         self.hash32 = zlib.crc32(text.encode())
 
-    def parts(self) -> list[tuple[int, int, int]]:
-        """(start, end, tensor id) per piece: what the exchange encodes, each on its own. The id (the
-        stochastic codecs' stream) comes from the parameter's name and the piece's place in it."""
-        return [(p.offset, p.offset + p.numel, zlib.crc32(f"{p.name}@{p.name_offset}".encode()) & 0x7FFFFFFF)
-                for p in self.pieces]
+    def parts(self, min_numel: int = 0) -> list[tuple[int, int, int, bool]]:
+        """(start, end, tensor id, lossless) per piece: what the exchange encodes, each on its own.
+        The id (the stochastic codecs' stream) comes from the parameter's name and the piece's place in
+        it; parameters with fewer than min_numel elements are lossless (sent as fp32)."""
+        return [(p.offset, p.offset + p.numel, zlib.crc32(f"{p.name}@{p.name_offset}".encode()) & 0x7FFFFFFF,
+                 p.full_numel < min_numel) for p in self.pieces]
 
     def name_at(self, offset: int) -> tuple[str, int]:
         """The parameter and element index (within the parameter) of buffer element `offset`."""

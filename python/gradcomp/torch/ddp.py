@@ -24,7 +24,7 @@ import torch.distributed as dist
 from .. import _C
 from .._codec import Codec
 from ._agreement import check_ranks_agree
-from ._exchange import STATUS_OK, Exchange, ExchangeStats, raise_status
+from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status
 from ._layout import Layout, Piece, ResidualStore
 from ._worker import FifoWorker
 
@@ -98,11 +98,11 @@ class DDPState:
         self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
         self.last_stats: dict[str, Any] = {}
         self._names: dict[int, str] = {}
+        self._layouts: dict[tuple, tuple] = {}
         self._checked = False
         self._pending_stats: dict[str, Any] = {}
         self._worker: Optional[FifoWorker] = None
         self._exchange: Optional[Exchange] = None
-        self._exact_exchange: Optional[Exchange] = None
         if module is not None:
             self.attach(module)
 
@@ -112,6 +112,7 @@ class DDPState:
         inner = getattr(module, "module", module) if isinstance(module, torch.nn.parallel.DistributedDataParallel) \
             else module
         self._names = {p.data_ptr(): n for n, p in inner.named_parameters()}
+        self._layouts = {}
         if process_group is not None:
             self.process_group = process_group
         return self
@@ -158,7 +159,7 @@ class DDPState:
         # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
         # after torch.load, attach() the new DDP model; the default group is used unless one is given.
         s = {k: v for k, v in self.__dict__.items()
-             if k not in ("process_group", "_names", "_worker", "_exchange", "_exact_exchange")}
+             if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts")}
         s["_state_dict"] = self.state_dict()
         for k in ("residuals", "server_residuals"):
             s.pop(k)
@@ -168,7 +169,7 @@ class DDPState:
         sd = s.pop("_state_dict")
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
-        self._exact_exchange = None
+        self._layouts = {}
         self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
         self._checked = False
         self.residuals.load_named(sd["residuals"])
@@ -187,8 +188,6 @@ class DDPState:
         if self._worker is None:
             self._exchange = Exchange(self.codec, self.process_group, self.timeout, self.seed,
                                       self.nonfinite == "skip", self.threads)
-            self._exact_exchange = Exchange(Codec("none"), self.process_group, self.timeout, self.seed,
-                                            self.nonfinite == "skip", self.threads)
             self._worker = FifoWorker(f"gradcomp-ddp-{id(self):x}")
         buffer = bucket.buffer()
         grads = bucket.gradients()
@@ -202,31 +201,28 @@ class DDPState:
         return fut.then(_value_or_raise)
 
     def _layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]):
+        """The bucket's parameters where they sit in its buffer (the buffer itself is reduced in place),
+        and its parts; cached per bucket (the same tensors every step until DDP rebuilds its buckets)."""
         base = buffer.data_ptr()
-        compressed, exact = [], []
+        key = (base, buffer.numel(), tuple(p.data_ptr() for p in params), tuple(g.data_ptr() for g in grads))
+        cached = self._layouts.get(key)
+        if cached is None:
+            if len(self._layouts) > 256:
+                self._layouts.clear()
+            layout = self._new_layout(buffer, grads, params)
+            cached = self._layouts[key] = (layout, [Part(*p) for p in layout.parts(self.min_numel)])
+        return cached
+
+    def _new_layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]) -> Layout:
+        base = buffer.data_ptr()
+        pieces = []
         for g, p in zip(grads, params):
             name = self._names.get(p.data_ptr())
             if name is None:
                 raise _C.InvalidArgument("gradcomp ddp_hook: a bucket holds a parameter that is not in the "
                                          "attached model (attach the DDP model the hook is registered on)")
-            offset = (g.data_ptr() - base) // buffer.element_size()
-            (compressed if g.numel() >= self.min_numel else exact).append((name, offset, g.numel()))
-        return compressed, exact
-
-    @staticmethod
-    def _packed(pieces, numel_total, buffer: torch.Tensor):
-        """(layout of the packed pieces, packed tensor): a view of the bucket when the pieces are one run."""
-        layout_pieces, packed_offset = [], 0
-        for name, offset, n in pieces:
-            layout_pieces.append(Piece(name, 0, packed_offset, n, n))
-            packed_offset += n
-        layout = Layout(layout_pieces, packed_offset)
-        contiguous = all(pieces[i][1] + pieces[i][2] == pieces[i + 1][1] for i in range(len(pieces) - 1))
-        if pieces and contiguous:
-            return layout, buffer[pieces[0][1]:pieces[0][1] + packed_offset], True
-        if not pieces:
-            return layout, buffer[:0], True
-        return layout, torch.cat([buffer[o:o + n] for _, o, n in pieces]), False
+            pieces.append(Piece(name, 0, (g.data_ptr() - base) // buffer.element_size(), g.numel(), g.numel()))
+        return Layout(pieces, buffer.numel())
 
     def _reduce(self, buffer: torch.Tensor, grads, params, step: int, last: bool) -> torch.Tensor:
         ex = self._exchange
@@ -239,43 +235,23 @@ class DDPState:
         if step < self.start_iter or ex.world == 1:
             ex.exact_mean(buffer, stats)
         else:
-            compressed, exact = self._layout(buffer, grads, params)
-            layout, packed, is_view = self._packed(compressed, buffer.numel(), buffer)
-            exact_layout, exact_packed, exact_view = self._packed(exact, buffer.numel(), buffer)
-            if exact_packed.numel():
-                # Lossless, but through gradcomp's own reduce-scatter rather than the process group's
-                # all-reduce: the sum runs in rank order per parameter, so the result does not depend on
-                # which bucket a parameter is in (a resumed run's buckets may differ), and a non-finite
-                # value is reported by name like any other.
-                status = self._exact_exchange.reduce_scatter_mean(exact_packed, exact_layout.parts(), None, None,
-                                                                  None, None, step, exact_layout.hash32, stats)
-                if status.code != STATUS_OK:
-                    raise_status(status, "ddp_hook", exact_layout.name_at, step, exact_layout.hash32)
-                if not exact_view:
-                    self._scatter(buffer, exact, exact_packed)
-            if packed.numel():
-                compressed_elements = packed.numel()
-                self._reduce_compressed(layout, packed, step, stats)
-                if not is_view:
-                    self._scatter(buffer, compressed, packed)
+            layout, parts = self._layout(buffer, grads, params)
+            compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
+            self._reduce_parts(layout, buffer, parts, step, stats)
         self._account(step, last, buffer.numel(), compressed_elements, stats)
         return buffer
 
-    @staticmethod
-    def _scatter(buffer: torch.Tensor, pieces, packed: torch.Tensor) -> None:
-        at = 0
-        for _, offset, n in pieces:
-            buffer[offset:offset + n].copy_(packed[at:at + n])
-            at += n
-
-    def _reduce_compressed(self, layout: Layout, x: torch.Tensor, step: int, stats: ExchangeStats) -> None:
+    def _reduce_parts(self, layout: Layout, x: torch.Tensor, parts: list[Part], step: int,
+                      stats: ExchangeStats) -> None:
+        """Parameters below min_numel travel lossless (fp32) in the same messages as the compressed
+        ones: one all_to_all and one all-gather per bucket whatever its mix (random-k sends them through
+        a lossless reduce-scatter of their own, since its values are summed on the wire)."""
         ex = self._exchange
-        ef = self.error_feedback == "ef"
-        parts = layout.parts()
+        ef = self.error_feedback == "ef" and any(not p.lossless for p in parts)
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
         if ef:
-            rout.copy_(rin)  # a rank's parts are all rewritten; the copy keeps a failed step's residual whole
+            rout.copy_(rin)  # a failed step must leave the residual whole; lossless parts keep zeros
         if self.algorithm == "reduce-scatter":
             sin = self.server_residuals.current(layout, x.device) if ef else None
             sout = self.server_residuals.scratch(layout) if ef else None
@@ -285,7 +261,12 @@ class DDPState:
         elif self.algorithm == "allgather":
             status = ex.allgather_mean(x, parts, rin, rout, step, layout.hash32, stats)
         else:
-            status = ex.randomk_mean(x, parts, rin, rout, step, layout.hash32, stats)
+            lossless = [p for p in parts if p.lossless]
+            status = ex.reduce_scatter_mean(x, lossless, None, None, None, None, step, layout.hash32, stats) \
+                if lossless else Status()
+            compressed = [p for p in parts if not p.lossless]
+            if status.code == STATUS_OK and compressed:
+                status = ex.randomk_mean(x, compressed, rin, rout, step, layout.hash32, stats)
         if status.code != STATUS_OK:
             raise_status(status, "ddp_hook", layout.name_at, step, layout.hash32)
         if ef:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
-from ._exchange import STATUS_OK, Exchange, ExchangeStats, _align16, raise_status
+from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status
 from ._layout import Layout, Piece, ResidualStore
 
 
@@ -56,7 +56,7 @@ class CompressedReduceScatter:
 
     def __init__(self, module: torch.nn.Module, *, codec: str = "int8", error_feedback: str = "ef", seed: int = 0,
                  nonfinite: str = "error", timeout: datetime.timedelta = datetime.timedelta(minutes=5),
-                 threads: int = 1, fqn: str = ""):
+                 threads: int = 1, min_numel: int = 0, fqn: str = ""):
         if error_feedback not in ("none", "ef"):
             raise _C.InvalidArgument(f"CompressedReduceScatter: error_feedback must be 'none' or 'ef', got "
                                      f"{error_feedback!r}")
@@ -65,8 +65,9 @@ class CompressedReduceScatter:
         self.module = module
         self.fqn = fqn
         self.codec = Codec(codec)
-        if not self.codec.traits["fixed_size"] and self.codec.traits["sparse"]:
-            pass  # sparse payloads vary in size; the slots are sized by the bound, which holds them
+        if not isinstance(min_numel, int) or min_numel < 0:
+            raise _C.InvalidArgument(f"CompressedReduceScatter: min_numel must be an integer >= 0, got {min_numel!r}")
+        self.min_numel = min_numel  # parameters with fewer elements are reduced exactly (fp32)
         self.error_feedback = error_feedback
         self.seed = seed
         self.nonfinite = nonfinite
@@ -100,9 +101,9 @@ class CompressedReduceScatter:
             rout.copy_(rin)  # padding elements are never encoded; their (zero) residual carries over
         stats = ExchangeStats()
         # Destination r gets every parameter's chunk r: one wire per (parameter, chunk).
-        per_dest: list[list[tuple[int, int, int]]] = [[] for _ in range(W)]
-        for a, b, tid in layout.parts():
-            per_dest[min(a // chunk, W - 1)].append((a, b, tid))
+        per_dest: list[list[Part]] = [[] for _ in range(W)]
+        for part in layout.parts(self.min_numel):
+            per_dest[min(part[0] // chunk, W - 1)].append(Part(*part))
         slot = _align16(max(ex.room(parts) for parts in per_dest))
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
@@ -126,10 +127,10 @@ class CompressedReduceScatter:
                              layout.hash32)
         # My chunk's parts, in the local coordinates of the output shard.
         me = ex.rank
-        local = [(a - me * chunk, b - me * chunk, tid) for a, b, tid in per_dest[me]]
+        local = [p._replace(start=p.start - me * chunk, end=p.end - me * chunk) for p in per_dest[me]]
         acc = output_tensor if output_tensor.dtype == torch.float32 else torch.empty(chunk, dtype=torch.float32,
                                                                                       device=x.device)
-        padded = sum(b - a for a, b, _ in local) != chunk
+        padded = sum(p.end - p.start for p in local) != chunk
         if padded:
             acc.zero_()  # FSDP's padding rows belong to no parameter and stay zero
         for r in range(W):
