@@ -15,6 +15,7 @@
 #include "compressors/randomk_values.h"
 #include "compressors/registry.h"
 #include "core/error.h"
+#include "encode_context.h"
 #include "tensor_args.h"
 
 namespace gradcomp::python {
@@ -22,16 +23,6 @@ namespace gradcomp::python {
 namespace {
 
 using namespace nb::literals;
-
-EncodeContext encodeContext(uint64_t seed, uint32_t rank, uint32_t step, uint32_t tensorId, uint64_t k) {
-  EncodeContext ctx;
-  ctx.seed = seed;
-  ctx.rank = rank;
-  ctx.step = step;
-  ctx.tensorId = tensorId;
-  ctx.kOverride = k;
-  return ctx;
-}
 
 nb::dict traitsDict(const CompressorTraits& t) {
   nb::dict d;

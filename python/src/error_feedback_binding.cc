@@ -18,6 +18,7 @@
 #include "bindings.h"
 #include "compressors/error_feedback.h"
 #include "core/error.h"
+#include "encode_context.h"
 #include "tensor_args.h"
 
 namespace gradcomp::python {
@@ -67,15 +68,6 @@ auto locked(PyErrorFeedback& self, Fn&& fn) {
   return fn(self.policy());
 }
 
-EncodeContext contextFor(uint64_t seed, uint32_t rank, uint32_t step, uint32_t tensorId) {
-  EncodeContext ctx;
-  ctx.seed = seed;
-  ctx.rank = rank;
-  ctx.step = step;
-  ctx.tensorId = tensorId;
-  return ctx;
-}
-
 nb::bytes saved(PyErrorFeedback& self) {
   std::string bytes = locked(self, [](ErrorFeedback& p) {
     std::ostringstream out;
@@ -119,7 +111,7 @@ void bindErrorFeedback(nb::module_& m) {
       .def(
           "max_encoded_bytes",
           [](PyErrorFeedback& s, const Compressor& codec, size_t n, uint32_t step) {
-            return s.policy().maxEncodedBytes(codec, n, contextFor(0, 0, step, 0));
+            return s.policy().maxEncodedBytes(codec, n, encodeContext(0, 0, step, 0));
           },
           "codec"_a, "n"_a, nb::kw_only(), "step"_a = 0, "The wire bytes to reserve for n elements at this step.")
       .def(
@@ -129,7 +121,7 @@ void bindErrorFeedback(nb::module_& m) {
             requireHost("ErrorFeedback.compress", "grad", grad);
             requireHost("ErrorFeedback.compress", "out", out);
             return locked(s, [&](ErrorFeedback& p) {
-              return p.compress(codec, view(grad), view(out), contextFor(seed, rank, step, tensorId));
+              return p.compress(codec, view(grad), view(out), encodeContext(seed, rank, step, tensorId));
             });
           },
           "codec"_a, "grad"_a.noconvert(), "out"_a.noconvert(), nb::kw_only(), "seed"_a = 0, "rank"_a = 0,
@@ -143,7 +135,7 @@ void bindErrorFeedback(nb::module_& m) {
             requireHost("ErrorFeedback.compress_slice", "grad", grad);
             requireHost("ErrorFeedback.compress_slice", "out", out);
             return locked(s, [&](ErrorFeedback& p) {
-              return p.compressSlice(codec, view(grad), view(out), contextFor(seed, rank, step, tensorId), offset,
+              return p.compressSlice(codec, view(grad), view(out), encodeContext(seed, rank, step, tensorId), offset,
                                      fullLength);
             });
           },

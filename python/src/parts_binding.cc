@@ -20,6 +20,7 @@
 #include "bindings.h"
 #include "compressors/compressor.h"
 #include "core/error.h"
+#include "encode_context.h"
 #include "tensor_args.h"
 
 namespace gradcomp::python {
@@ -84,11 +85,7 @@ void bindParts(nb::module_& m) {
           const size_t room = c.maxEncodedBytes(n);
           GRADCOMP_CHECK_ARG(at + room <= wire.size(), "encode_parts: the message holds ", wire.size(),
                              " bytes; elements [", r.start, ", ", r.end, ") need ", room, " more at byte ", at);
-          EncodeContext ctx;
-          ctx.seed = seed;
-          ctx.rank = rank;
-          ctx.step = step;
-          ctx.tensorId = r.tensorId;
+          const EncodeContext ctx = encodeContext(seed, rank, step, r.tensorId);
           const auto in = xs.subspan(r.start, n);
           const auto dst = wire.subspan(at, room);
           const bool ef = residualIn.has_value() && !r.lossless;

@@ -375,6 +375,24 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
            f"FSDP residuals are not keyed by parameter name: {keys}")
 
 
+@check(2)
+def zz_a_rank_that_never_comes_is_a_timeout_within_the_deadline(rank, group):
+    # Last in its spawn (the group is left with an unanswered collective). Rank 1 never runs backward;
+    # rank 0's hook must give up after its deadline with a TimeoutError naming the wait, not hang.
+    ddp, state = hooked(group, "int8", "ef", timeout=datetime.timedelta(seconds=3))
+    if rank == 1:
+        return
+    import time as _time
+    t0 = _time.monotonic()
+    try:
+        train(ddp, batches(rank, 1))
+        raise Failed("training went on without rank 1")
+    except RuntimeError as e:
+        elapsed = _time.monotonic() - t0
+        expect("TimeoutError" in str(e) and "3 s" in str(e), f"not gradcomp's timeout: {e}")
+        expect(elapsed < 60, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
+
+
 # --- the spawn ---------------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:

@@ -200,3 +200,45 @@ def test_cuda_arrays_need_an_explicit_stream_and_a_cuda_build():
         codec._c.encode_into(x, out)
     enc = codec.encode(x, out)  # the wrapper passes torch's current stream
     assert enc.wire.cpu().numpy().tobytes() == codec.encode(x.cpu()).wire.tobytes()
+
+
+def _parts(rows):
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def test_a_message_of_parts_holds_each_parts_own_wire_and_forged_lengths_are_refused():
+    codec, exact = gradcomp.Codec("int8"), gradcomp.Codec("none")
+    x = normal(3000, seed=4)
+    rows = [(0, 1000, 7, 0), (1000, 1100, 8, 1), (1100, 3000, 9, 0)]  # the middle part lossless
+    room = 32 + sum(-(-(exact if l else codec).max_encoded_bytes(b - a) // 16) * 16 for a, b, _, l in rows)
+    msg = np.zeros(room, dtype=np.uint8)
+    code, bad, used, _, _ = gradcomp._C.encode_parts_into(codec._c, exact._c, x, _parts(rows), msg, 32, step=3)
+    assert code == 0 and used <= room
+    # each wire is exactly what a single encode of that part writes, at 16-byte aligned offsets
+    at = 32
+    for a, b, tid, lossless in rows:
+        single = (exact if lossless else codec).encode(x[a:b], tensor_id=tid, step=3).wire
+        assert msg[at:at + single.size].tobytes() == single.tobytes()
+        at += -(-single.size // 16) * 16
+    assert at == used
+    y = np.empty_like(x)
+    gradcomp._C.decode_parts_into(codec._c, exact._c, msg, None, used, y, _parts(rows))
+    assert np.array_equal(y[1000:1100], x[1000:1100])  # lossless
+    assert np.abs(y - x).max() < 0.05
+    # a wire claiming more payload than its part can hold (a forged header) is refused, naming the sender
+    forged = msg.copy()
+    forged[32 + 32:32 + 40] = np.frombuffer(np.uint64(10**6).tobytes(), dtype=np.uint8)
+    out = np.full_like(x, 5.0)
+    with pytest.raises(gradcomp.DecodeError, match="rank 3's wire for elements \\[0, 1000\\) claims 1000000"):
+        gradcomp._C.decode_parts_into(codec._c, exact._c, forged, None, used, out, _parts(rows), origin=3)
+    assert np.all(out == 5.0)
+    with pytest.raises(gradcomp.DecodeError, match="claims 1024 payload bytes; 20 at most fit"):
+        gradcomp._C.decode_parts_into(codec._c, exact._c, msg, None, 100, out, _parts(rows))  # truncated
+    with pytest.raises(gradcomp.DecodeError, match="ends at byte 60, before its wire for elements \\[0, 1000\\)"):
+        gradcomp._C.decode_parts_into(codec._c, exact._c, msg, None, 60, out, _parts(rows))
+    with pytest.raises(gradcomp.InvalidArgument, match="part 0 covers \\[0, 4000\\)"):
+        gradcomp._C.decode_parts_into(codec._c, exact._c, msg, None, used, out, _parts([(0, 4000, 1, 0)]))
+    # a non-finite value is reported with its index in x, nothing after it encoded
+    x[1500] = np.nan
+    code, bad, _, _, _ = gradcomp._C.encode_parts_into(codec._c, exact._c, x, _parts(rows), msg, 32)
+    assert (code, bad) == (1, 1500)
