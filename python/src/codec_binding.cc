@@ -9,6 +9,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 
 #include "bindings.h"
@@ -142,6 +143,28 @@ void bindCodec(nb::module_& m) {
           "wire"_a.noconvert(),
           "randomk: (byte offset, count, fp16) of the values section, which ranks sharing the seed can sum "
           "element by element.");
+
+  // The same calls timed inside C++ (no Python between them), for the binding-overhead benchmark
+  // (scripts/bench-python-codecs): the ratio of a Python call to these, on the same buffers, is what the
+  // binding costs.
+  m.def(
+      "cpp_encode_seconds",
+      [](const Compressor& c, FloatsIn x, BytesOut out, uint64_t seed) {
+        nb::gil_scoped_release release;
+        const auto t0 = std::chrono::steady_clock::now();
+        c.encode(view(x), view(out), encodeContext(seed, 0, 0, 0));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      },
+      "codec"_a, "x"_a.noconvert(), "out"_a.noconvert(), "seed"_a = 0);
+  m.def(
+      "cpp_decode_seconds",
+      [](const Compressor& c, BytesIn wire, FloatsOut out) {
+        nb::gil_scoped_release release;
+        const auto t0 = std::chrono::steady_clock::now();
+        c.decode(view(wire), view(out), DecodeMode::Overwrite);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      },
+      "codec"_a, "wire"_a.noconvert(), "out"_a.noconvert());
 
   m.def(
       "make_codec", [](const std::string& spec) { return makeCompressor(spec); }, "spec"_a,
