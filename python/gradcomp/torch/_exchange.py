@@ -109,7 +109,7 @@ class Exchange:
         return b
 
     # --- plumbing ------------------------------------------------------------------------------------
-    def _wait(self, work, what: str, stats: ExchangeStats) -> None:
+    def wait_for(self, work, what: str, stats: ExchangeStats) -> None:
         t0 = time.perf_counter()
         try:
             work.wait(self.timeout)
@@ -120,17 +120,17 @@ class Exchange:
             raise _C.PeerFailure(f"gradcomp {what}: the collective failed on rank {self.rank}: {e}") from e
         stats.comm_seconds += time.perf_counter() - t0
 
-    def _write_header(self, slot: torch.Tensor, status: Status, step: int, layout: int, value: int) -> None:
+    def write_header(self, slot: torch.Tensor, status: Status, step: int, layout: int, value: int) -> None:
         h = np.zeros(1, dtype=_HEADER)
         h["magic"], h["status"], h["origin"], h["step"], h["layout"] = _MAGIC, status.code, status.origin, step, layout
         h["value"] = value
         slot[:HEADER_BYTES].copy_(torch.from_numpy(h.view(np.uint8)))
 
     @staticmethod
-    def _read_headers(slots: torch.Tensor) -> np.ndarray:
+    def read_headers(slots: torch.Tensor) -> np.ndarray:
         return slots[:, :HEADER_BYTES].cpu().contiguous().numpy().view(_HEADER).reshape(-1)
 
-    def _check_headers(self, headers: np.ndarray, step: int, layout: int, payload_room: int) -> Status:
+    def check_headers(self, headers: np.ndarray, step: int, layout: int, payload_room: int) -> Status:
         """The first problem any sender reported or any header shows, in rank order."""
         for r, h in enumerate(headers):
             if h["magic"] != _MAGIC:
@@ -145,37 +145,6 @@ class Exchange:
                 raise _C.DecodeError(f"gradcomp: rank {r}'s slot claims {int(h['value'])} payload bytes, "
                                      f"the slot holds {payload_room}")
         return Status()
-
-    def _encode(self, x: torch.Tensor, wire: torch.Tensor, residual_in: Optional[torch.Tensor],
-                residual_out: Optional[torch.Tensor], step: int, tensor_id: int, offset: int,
-                stats: ExchangeStats, codec: Optional[Codec] = None) -> tuple[Status, int]:
-        """Encodes x (with error feedback when residuals are given). A non-finite x becomes a status
-        (or, with skip, an encoding of zeros and an untouched residual); returns (status, wire bytes)."""
-        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
-        c = (codec or self.codec)._c
-        t0 = time.perf_counter()
-        try:
-            if residual_in is None:
-                r = c.encode_into(x, wire, seed=self.seed, rank=self.rank, step=step,
-                                              tensor_id=tensor_id, stream=stream, threads=self.threads)
-            else:
-                r = c.encode_with_residual_into(x, residual_in, residual_out, wire, seed=self.seed,
-                                                            rank=self.rank, step=step, tensor_id=tensor_id,
-                                                            stream=stream, threads=self.threads)
-            stats.saturated += r.saturated
-            return Status(), r.wire_bytes
-        except _C.NonFiniteError as e:
-            if not self.skip_nonfinite:
-                return Status(STATUS_NONFINITE, self.rank, offset + e.index), 0
-            stats.skipped += 1
-            zeros = torch.zeros_like(x)
-            r = c.encode_into(zeros, wire, seed=self.seed, rank=self.rank, step=step,
-                                          tensor_id=tensor_id, stream=stream, threads=self.threads)
-            if residual_out is not None:
-                residual_out.copy_(residual_in)
-            return Status(), r.wire_bytes
-        finally:
-            stats.codec_seconds += time.perf_counter() - t0
 
     def _decode(self, wire: torch.Tensor, out: torch.Tensor, accumulate: bool, stats: ExchangeStats,
                 codec: Optional[Codec] = None) -> None:
@@ -199,7 +168,7 @@ class Exchange:
     def _rows(parts: list[Part]) -> np.ndarray:
         return np.array(parts, dtype=np.int64).reshape(-1, 4)
 
-    def _encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
+    def encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
                       stats: ExchangeStats) -> tuple[Status, int]:
         """Encodes every part into slot after its header (one C++ call); returns (status, bytes used)."""
@@ -216,7 +185,7 @@ class Exchange:
             return Status(STATUS_NONFINITE, self.rank, bad), 0
         return Status(), used
 
-    def _decode_parts(self, slot: torch.Tensor, used: int, x: torch.Tensor, parts: list[Part],
+    def decode_parts(self, slot: torch.Tensor, used: int, x: torch.Tensor, parts: list[Part],
                       accumulate: bool, stats: ExchangeStats, origin: int) -> None:
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
         t0 = time.perf_counter()
@@ -226,14 +195,14 @@ class Exchange:
         stats.codec_seconds += time.perf_counter() - t0
 
     def _status_of(self, slots: torch.Tensor, step: int, layout: int, room: int) -> tuple[Status, np.ndarray]:
-        headers = self._read_headers(slots)
-        return self._check_headers(headers, step, layout, room), headers
+        headers = self.read_headers(slots)
+        return self.check_headers(headers, step, layout, room), headers
 
     # --- algorithms ----------------------------------------------------------------------------------
     def exact_mean(self, x: torch.Tensor, stats: ExchangeStats) -> None:
         """fp32 sum then division by the world size (what DDP does without a hook, in the same order)."""
         x.div_(self.world)
-        self._wait(dist.all_reduce(x, group=self.group, async_op=True), "all-reduce", stats)
+        self.wait_for(dist.all_reduce(x, group=self.group, async_op=True), "all-reduce", stats)
         stats.bytes_sent += 2 * (self.world - 1) * x.numel() * 4 // self.world
 
     def split(self, parts: list[Part]) -> list[list[Part]]:
@@ -260,10 +229,10 @@ class Exchange:
         send = self.buffer("rs-send", W * slot1, x.device)
         send_slots = send.view(W, slot1)
         for s in range(W):
-            status, used = self._encode_parts(x, segments[s], send_slots[s], residual_in, residual_out, step, stats)
-            self._write_header(send_slots[s], status, step, layout, used if status.code == STATUS_OK else status.value)
+            status, used = self.encode_parts(x, segments[s], send_slots[s], residual_in, residual_out, step, stats)
+            self.write_header(send_slots[s], status, step, layout, used if status.code == STATUS_OK else status.value)
         recv = self.buffer("rs-recv", W * slot1, x.device)
-        self._wait(dist.all_to_all_single(recv, send, group=self.group, async_op=True), "reduce-scatter", stats)
+        self.wait_for(dist.all_to_all_single(recv, send, group=self.group, async_op=True), "reduce-scatter", stats)
         stats.bytes_sent += (W - 1) * slot1
         recv_slots = recv.view(W, slot1)
         status, headers = self._status_of(recv_slots, step, layout, slot1)
@@ -280,28 +249,28 @@ class Exchange:
                 local.append(Part(at, at + p.end - p.start, p.tensor_id, p.lossless))
                 at += p.end - p.start
             for r in range(W):
-                self._decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0, stats, r)
+                self.decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0, stats, r)
             # (every owned element belongs to a part, so rank 0's overwrite covers acc entirely)
             acc.div_(W)
             sin = torch.cat([server_in[p.start:p.end] for p in mine]) if server_in is not None else None
             sout = torch.empty_like(sin) if sin is not None else None
             # The owner's re-encode draws from its own stream (the high bit) so it never repeats a sender's.
             reencode = [Part(p.start, p.end, p.tensor_id | 0x80000000, p.lossless) for p in local]
-            status, used = self._encode_parts(acc, reencode, out, sin, sout, step, stats)
+            status, used = self.encode_parts(acc, reencode, out, sin, sout, step, stats)
             if sout is not None and status.code == STATUS_OK:
                 for p, q in zip(mine, local):
                     server_out[p.start:p.end].copy_(sout[q.start:q.end])
-        self._write_header(out, status, step, layout, used if status.code == STATUS_OK else status.value)
+        self.write_header(out, status, step, layout, used if status.code == STATUS_OK else status.value)
         gathered = self.buffer("ag-recv", W * slot2, x.device)
-        self._wait(dist.all_gather_into_tensor(gathered, out, group=self.group, async_op=True), "all-gather", stats)
+        self.wait_for(dist.all_gather_into_tensor(gathered, out, group=self.group, async_op=True), "all-gather", stats)
         stats.bytes_sent += (W - 1) * slot2
         gathered_slots = gathered.view(W, slot2)
-        headers = self._read_headers(gathered_slots)
+        headers = self.read_headers(gathered_slots)
         for h in headers:
             if h["status"] != STATUS_OK:
                 return Status(int(h["status"]), int(h["origin"]), int(h["value"]))
         for s in range(W):
-            self._decode_parts(gathered_slots[s], int(headers[s]["value"]), x, segments[s], False, stats, s)
+            self.decode_parts(gathered_slots[s], int(headers[s]["value"]), x, segments[s], False, stats, s)
         return Status()
 
     def allgather_mean(self, x: torch.Tensor, parts: list[Part],
@@ -310,18 +279,18 @@ class Exchange:
         W = self.world
         room = _align16(self.room(parts))
         mine = torch.empty(room, dtype=torch.uint8, device=x.device)
-        status, used = self._encode_parts(x, parts, mine, residual_in, residual_out, step, stats)
-        self._write_header(mine, status, step, layout, used if status.code == STATUS_OK else status.value)
+        status, used = self.encode_parts(x, parts, mine, residual_in, residual_out, step, stats)
+        self.write_header(mine, status, step, layout, used if status.code == STATUS_OK else status.value)
         slot = room
         if not self.codec.traits["fixed_size"]:
             # Payload sizes vary by rank: agree on the largest first, then send only that much.
             size = torch.tensor([max(used, HEADER_BYTES)], dtype=torch.int64, device=x.device)
             sizes = torch.empty(W, dtype=torch.int64, device=x.device)
-            self._wait(dist.all_gather_into_tensor(sizes, size, group=self.group, async_op=True), "all-gather sizes", stats)
+            self.wait_for(dist.all_gather_into_tensor(sizes, size, group=self.group, async_op=True), "all-gather sizes", stats)
             stats.bytes_sent += (W - 1) * 8
             slot = _align16(int(sizes.max()))
         gathered = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
-        self._wait(dist.all_gather_into_tensor(gathered, mine[:slot], group=self.group, async_op=True),
+        self.wait_for(dist.all_gather_into_tensor(gathered, mine[:slot], group=self.group, async_op=True),
                    "all-gather", stats)
         stats.bytes_sent += (W - 1) * slot
         slots = gathered.view(W, slot)
@@ -329,7 +298,7 @@ class Exchange:
         if status.code != STATUS_OK:
             return status
         for r in range(W):
-            self._decode_parts(slots[r], int(headers[r]["value"]), x, parts, r > 0, stats, r)
+            self.decode_parts(slots[r], int(headers[r]["value"]), x, parts, r > 0, stats, r)
         x.div_(W)
         return Status()
 
@@ -340,11 +309,11 @@ class Exchange:
         if x.is_cuda:
             raise _C.InvalidArgument("gradcomp: algorithm 'randomk' runs on cpu tensors; use 'allgather' on cuda")
         wire = torch.empty(_align16(self.room(parts)), dtype=torch.uint8)
-        status, used = self._encode_parts(x, parts, wire, residual_in, residual_out, step, stats)
+        status, used = self.encode_parts(x, parts, wire, residual_in, residual_out, step, stats)
         head = torch.empty(HEADER_BYTES, dtype=torch.uint8)
-        self._write_header(head, status, step, layout, used if status.code == STATUS_OK else status.value)
+        self.write_header(head, status, step, layout, used if status.code == STATUS_OK else status.value)
         heads = torch.empty(W * HEADER_BYTES, dtype=torch.uint8)
-        self._wait(dist.all_gather_into_tensor(heads, head, group=self.group, async_op=True), "all-gather status", stats)
+        self.wait_for(dist.all_gather_into_tensor(heads, head, group=self.group, async_op=True), "all-gather status", stats)
         stats.bytes_sent += (W - 1) * HEADER_BYTES
         status, _ = self._status_of(heads.view(W, HEADER_BYTES), step, layout, wire.numel())
         if status.code != STATUS_OK:
@@ -363,7 +332,7 @@ class Exchange:
             sections.append((at, nbytes, w[offset:offset + width * count].view(dtype)))
             at += _align16(nbytes)
         values = torch.cat([v.float() for _, _, v in sections]) if sections else torch.empty(0)
-        self._wait(dist.all_reduce(values, group=self.group, async_op=True), "all-reduce values", stats)
+        self.wait_for(dist.all_reduce(values, group=self.group, async_op=True), "all-reduce values", stats)
         stats.bytes_sent += 2 * (W - 1) * values.numel() * 4 // W
         at = 0
         for (start, nbytes, v), (a, b, _, _) in zip(sections, parts):

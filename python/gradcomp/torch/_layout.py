@@ -130,6 +130,3 @@ class ResidualStore:
 
     def squared_norm(self) -> float:
         return float(sum(float(torch.dot(b, b)) for b in self._current.values()))
-
-    def clear(self) -> None:
-        self.load_named({})

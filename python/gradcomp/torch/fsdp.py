@@ -108,19 +108,19 @@ class CompressedReduceScatter:
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
         for r in range(W):
-            status, used = ex._encode_parts(x, per_dest[r], slots[r], rin, rout, self.step, stats)
-            ex._write_header(slots[r], status, self.step, layout.hash32,
+            status, used = ex.encode_parts(x, per_dest[r], slots[r], rin, rout, self.step, stats)
+            ex.write_header(slots[r], status, self.step, layout.hash32,
                              used if status.code == STATUS_OK else status.value)
         recv = torch.empty_like(send)
-        ex._wait(dist.all_to_all_single(recv, send, group=group, async_op=True), "FSDP reduce-scatter", stats)
+        ex.wait_for(dist.all_to_all_single(recv, send, group=group, async_op=True), "FSDP reduce-scatter", stats)
         stats.bytes_sent += (W - 1) * slot
         recv_slots = recv.view(W, slot)
-        headers = ex._read_headers(recv_slots)
-        status = ex._check_headers(headers, self.step, layout.hash32, slot)
+        headers = ex.read_headers(recv_slots)
+        status = ex.check_headers(headers, self.step, layout.hash32, slot)
         # Every rank must learn of a problem any rank saw: one all-gather of the statuses.
         flags = torch.tensor([status.code, status.origin, status.value], dtype=torch.int64, device=x.device)
         everyone = torch.empty(3 * W, dtype=torch.int64, device=x.device)
-        ex._wait(dist.all_gather_into_tensor(everyone, flags, group=group, async_op=True), "FSDP status", stats)
+        ex.wait_for(dist.all_gather_into_tensor(everyone, flags, group=group, async_op=True), "FSDP status", stats)
         for code, origin, value in everyone.view(W, 3).tolist():
             if code != STATUS_OK:
                 raise_status(type(status)(code, origin, value), "FSDP reduce-scatter", layout.name_at, self.step,
@@ -134,7 +134,7 @@ class CompressedReduceScatter:
         if padded:
             acc.zero_()  # FSDP's padding rows belong to no parameter and stay zero
         for r in range(W):
-            ex._decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0 or padded, stats, r)
+            ex.decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0 or padded, stats, r)
         acc.div_(W)
         if acc is not output_tensor:
             output_tensor.copy_(acc)
