@@ -147,24 +147,24 @@ uint64_t BlockCodec::tileElements(uint32_t bs) const {
   return unit >= kTarget ? unit : (kTarget / unit) * unit;
 }
 
-WireHeader BlockCodec::headerFor(uint64_t n) const {
+WireHeader BlockCodec::headerFor(uint64_t n, uint32_t param) const {
   WireHeader h;
   h.codec = static_cast<uint16_t>(id());
   h.flags = formatFlags();
   h.blockSize = blockSize_;
-  h.param = formatParam();
+  h.param = param;
   h.numElements = n;
   h.payloadBytes = sections(h).total;
   return h;
 }
 
 size_t BlockCodec::maxEncodedBytes(size_t numElements) const {
-  return kWireHeaderBytes + headerFor(numElements).payloadBytes;
+  return kWireHeaderBytes + headerFor(numElements, formatParam()).payloadBytes;
 }
 
 EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                                     const ExecContext& exec) const {
-  const WireHeader h = headerFor(in.size());
+  const WireHeader h = headerFor(in.size(), paramFor(in.data(), nullptr, in.size(), exec));
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
   zeroPadding(sections(h), payload);
@@ -194,7 +194,7 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
 EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
                                                 std::span<float> residualOut, std::span<std::byte> wire,
                                                 const EncodeContext& ctx, const ExecContext& exec) const {
-  const WireHeader h = headerFor(grad.size());
+  const WireHeader h = headerFor(grad.size(), paramFor(grad.data(), residualIn.data(), grad.size(), exec));
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
   zeroPadding(sections(h), payload);
@@ -266,21 +266,38 @@ void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::
 EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
                                         std::span<float> residualOut, std::span<std::byte> wire,
                                         const EncodeContext& ctx, const ExecContext& exec) const {
-  const WireHeader h = headerFor(grad.size());
+  const WireHeader h =
+      headerFor(grad.size(), paramFor(grad.data(), residualIn.empty() ? nullptr : residualIn.data(), grad.size(), exec));
   return cudapath::encodeBlock(h, sections(h), cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire), ctx,
-                               exec);
+                               exec, [this](const DeviceEncode& d) { launchEncodeOnDevice(d); });
 }
 
 void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                                 const ExecContext& exec) const {
   const Sections sec = sections(h);
-  if (cudapath::blockPayloadHasInvalid(h, sec, payload, scaleRule(h), exec)) {
+  if (cudapath::blockPayloadHasInvalid(h, sec, payload, scaleRule(h), exec,
+                                       [this](const DeviceCheck& d) { launchCheckOnDevice(d); })) {
     const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
     validatePayload(h, host.get());  // throws the CPU path's DecodeError
     GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed; was the "
                    "wire buffer modified while it was being decoded?");
   }
-  cudapath::decodeBlock(h, sec, payload, out.data(), mode == DecodeMode::Accumulate, exec);
+  cudapath::decodeBlock(h, sec, payload, out.data(), mode == DecodeMode::Accumulate, exec,
+                        [this](const DeviceDecode& d) { launchDecodeOnDevice(d); });
+}
+
+uint64_t BlockCodec::DeviceCheck::blocks() const { return h.blockSize ? ceilDiv(h.numElements, uint64_t{h.blockSize}) : 0; }
+
+uint32_t BlockCodec::paramFor(const float*, const float*, uint64_t, const ExecContext&) const { return formatParam(); }
+
+void BlockCodec::launchEncodeOnDevice(const DeviceEncode&) const {
+  GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA encode");
+}
+void BlockCodec::launchCheckOnDevice(const DeviceCheck&) const {
+  GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA payload check");
+}
+void BlockCodec::launchDecodeOnDevice(const DeviceDecode&) const {
+  GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA decode");
 }
 
 }  // namespace gradcomp

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "compressors/compressor.h"
+#include "kernels/scalar/philox.h"
 #include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp {
@@ -23,6 +24,43 @@ class BlockCodec : public Compressor {
 
   using Compressor::maxEncodedBytes;
   size_t maxEncodedBytes(size_t numElements) const override;
+
+  // What a codec's CUDA kernels get from the orchestration in compressors/cuda_paths.cc, which writes the
+  // header, zeroes the padding, owns the counters and waits for the stream: the codec only launches its
+  // kernels on `stream` (a cudaStream_t). Section pointers are device addresses.
+  struct DeviceEncode {
+    const WireHeader& h;
+    const Sections& sec;
+    std::byte* payload;
+    const float* grad;
+    const float* residualIn;  // null: a plain encode (residualOut null too)
+    float* residualOut;
+    uint64_t n;
+    scalar::RngStream rng;           // (seed, rank, step, tensor) as the CPU path keys it
+    unsigned long long* saturated;   // device counter: add saturations
+    unsigned long long* firstBad;    // device minimum: the first NaN/Inf input index
+    void* stream;
+    std::byte* section(int i) const { return payload + sec.offset[i]; }
+  };
+  struct DeviceCheck {
+    const WireHeader& h;
+    const Sections& sec;
+    const std::byte* payload;
+    scalar::ScaleRule scaleRule;
+    unsigned long long* firstBad;  // device minimum: set below ~0 when anything in the payload is invalid
+    void* stream;
+    uint64_t blocks() const;
+    const std::byte* section(int i) const { return payload + sec.offset[i]; }
+  };
+  struct DeviceDecode {
+    const WireHeader& h;
+    const Sections& sec;
+    const std::byte* payload;
+    float* out;
+    bool accumulate;
+    void* stream;
+    const std::byte* section(int i) const { return payload + sec.offset[i]; }
+  };
 
  protected:
   BlockCodec(CodecSpec spec, uint32_t blockSize) : Compressor(std::move(spec)), blockSize_(blockSize) {}
@@ -60,6 +98,16 @@ class BlockCodec : public Compressor {
   virtual scalar::ScaleRule scaleRule(const WireHeader&) const { return {}; }
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                           bool accumulate) const = 0;
+  // The header param of one encode when it depends on the values (nvfp4's tensor scale): computed from
+  // grad (+ residual when given), on the device when exec says so. Default: formatParam(), whatever the data.
+  virtual uint32_t paramFor(const float* grad, const float* residual, uint64_t n, const ExecContext& exec) const;
+
+  // The codec's CUDA twin, beside its CPU path in the codec's own file (compiled where CUDA is,
+  // GRADCOMP_HAVE_CUDA): launch the kernels on d.stream. The defaults refuse with BackendUnavailable
+  // naming the codec.
+  virtual void launchEncodeOnDevice(const DeviceEncode& d) const;
+  virtual void launchCheckOnDevice(const DeviceCheck& d) const;
+  virtual void launchDecodeOnDevice(const DeviceDecode& d) const;
 
   EncodeResult encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                           const ExecContext& exec) const override;
@@ -78,7 +126,7 @@ class BlockCodec : public Compressor {
 
  private:
   uint64_t tileElements(uint32_t blockSize) const;
-  WireHeader headerFor(uint64_t n) const;
+  WireHeader headerFor(uint64_t n, uint32_t param) const;
 
   uint32_t blockSize_;  // 0 for codecs without blocks (casts)
 };

@@ -3,19 +3,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include "compressors/cuda_launch.h"
+
 #include <cstring>
 #include <vector>
 
 #include "core/checked_math.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "kernels/cuda/block_scale_kernels.cuh"
-#include "kernels/cuda/cast_kernels.cuh"
-#include "kernels/cuda/level_kernels.cuh"
 #include "kernels/cuda/sparse_kernels.cuh"
 #include "kernels/cuda/validate_kernels.cuh"
 #include "kernels/scalar/feistel_permutation.h"
-#include "kernels/scalar/float_formats.h"
 
 namespace gradcomp::cudapath {
 namespace {
@@ -27,23 +25,6 @@ cudaStream_t enter(const ExecContext& exec) {
   GRADCOMP_CUDA_CHECK(cudaSetDevice(exec.cudaDevice));
   return streamOf(exec);
 }
-
-// Stream-ordered device scratch.
-template <typename T>
-class DeviceScratch {
- public:
-  DeviceScratch(size_t count, cudaStream_t stream) : stream_(stream) {
-    GRADCOMP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), std::max<size_t>(count, 1) * sizeof(T), stream));
-  }
-  ~DeviceScratch() { cudaFreeAsync(p_, stream_); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-  cudaStream_t stream_;
-};
 
 // What the encode kernels count on the device: saturations and the first NaN/Inf index.
 struct EncodeCounters {
@@ -72,12 +53,6 @@ class Counters {
   cudaStream_t stream_;
 };
 
-void check(cudaError_t err, const char* what) {
-  if (err == cudaErrorAssert)
-    GRADCOMP_THROW(Error, what, ": a CUDA selection broke its own invariant (count mismatch); please report");
-  GRADCOMP_CHECK(err == cudaSuccess, BackendUnavailable, what, " failed: ", cudaGetErrorString(err));
-}
-
 void writeDeviceHeader(const WireHeader& h, std::byte* wire, cudaStream_t stream) {
   std::byte host[kWireHeaderBytes];
   writeHeader(h, std::span<std::byte>(host, kWireHeaderBytes));
@@ -94,30 +69,15 @@ void zeroPaddingOnDevice(const BlockCodec::Sections& sec, std::byte* payload, cu
   }
 }
 
-cuda::LevelCodec levelCodecOf(CodecId id) {
-  switch (id) {
-    case CodecId::Qsgd: return cuda::LevelCodec::Qsgd;
-    case CodecId::TernGrad: return cuda::LevelCodec::TernGrad;
-    case CodecId::OneBit: return cuda::LevelCodec::OneBit;
-    default: return cuda::LevelCodec::Sign;
-  }
-}
-
-int levelBits(const WireHeader& h) {
-  switch (static_cast<CodecId>(h.codec)) {
-    case CodecId::Qsgd: return static_cast<int>(h.flags);
-    case CodecId::TernGrad: return 2;
-    default: return 1;
-  }
-}
-
-scalar::Fp8Format fp8FormatOf(CodecId id) {
-  return id == CodecId::Fp8E4M3 ? scalar::Fp8Format::E4M3 : scalar::Fp8Format::E5M2;
-}
-
 }  // namespace
 
 bool compiledIn() { return true; }
+
+void check(cudaError_t err, const char* what) {
+  if (err == cudaErrorAssert)
+    GRADCOMP_THROW(Error, what, ": a CUDA selection broke its own invariant (count mismatch); please report");
+  GRADCOMP_CHECK(err == cudaSuccess, BackendUnavailable, what, " failed: ", cudaGetErrorString(err));
+}
 
 void requireDevice(const ExecContext& exec, const char* codec, const char* op) {
   int count = 0;
@@ -171,68 +131,16 @@ AlignedPayload::~AlignedPayload() {
 // ---------------------------------------------------------------- block codecs
 
 EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const EncodeBuffers& io,
-                         const EncodeContext& ctx, const ExecContext& exec) {
+                         const EncodeContext& ctx, const ExecContext& exec,
+                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch) {
   const cudaStream_t stream = enter(exec);
-  const CodecId id = static_cast<CodecId>(h.codec);
   std::byte* payload = io.wire + kWireHeaderBytes;
   writeDeviceHeader(h, io.wire, stream);
   zeroPaddingOnDevice(sec, payload, stream);
   Counters counters(stream);
-  const float* g = io.grad;
-  const float* e = io.residualIn;
-  float* r = io.residualOut;
-  const size_t n = io.n;
-  auto* section0 = payload + sec.offset[0];
-  auto* section1 = payload + (sec.count > 1 ? sec.offset[1] : 0);
-  const auto rng = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId);
-  switch (id) {
-    case CodecId::None:
-      check(cuda::launchEncodeCast(cuda::CastFormat::Fp32, g, e, n, 1.0f, section0, r, nullptr, counters.firstBad(),
-                                   stream), "fp32 encode");
-      break;
-    case CodecId::Fp16:
-      check(cuda::launchEncodeCast(cuda::CastFormat::Fp16, g, e, n, scalar::bitsToFloat(h.param), section0, r,
-                                   counters.saturated(), counters.firstBad(), stream), "fp16 encode");
-      break;
-    case CodecId::Bf16:
-      check(cuda::launchEncodeCast(cuda::CastFormat::Bf16, g, e, n, 1.0f, section0, r, counters.saturated(),
-                                   counters.firstBad(), stream), "bf16 encode");
-      break;
-    case CodecId::Int8:
-      check(cuda::launchEncodeInt8Blocks(g, e, n, h.blockSize, (h.flags & 1u) != 0, rng, 0,
-                                         reinterpret_cast<int8_t*>(section1), reinterpret_cast<float*>(section0), r,
-                                         counters.firstBad(), stream), "int8 encode");
-      break;
-    case CodecId::Fp8E4M3:
-    case CodecId::Fp8E5M2:
-      check(cuda::launchEncodeFp8Blocks(g, e, n, h.blockSize, fp8FormatOf(id), reinterpret_cast<uint8_t*>(section1),
-                                        reinterpret_cast<float*>(section0), counters.saturated(), r,
-                                        counters.firstBad(), stream), "fp8 encode");
-      break;
-    case CodecId::Sign:
-      if (h.blockSize % 32 == 0) {  // whole warps per block: the fused ballot kernel
-        check(cuda::launchEncodeSignBlocks(g, e, n, h.blockSize, reinterpret_cast<uint8_t*>(section1),
-                                           reinterpret_cast<float*>(section0), r, counters.firstBad(), stream),
-              "sign encode");
-        break;
-      }
-      [[fallthrough]];
-    case CodecId::Qsgd:
-    case CodecId::TernGrad:
-    case CodecId::OneBit: {
-      const cuda::LevelCodec codec = levelCodecOf(id);
-      const int bits = levelBits(h);
-      auto* stats = reinterpret_cast<float*>(section0);
-      DeviceScratch<uint8_t> codes(n, stream);
-      check(cuda::launchLevelBlockStats(codec, bits, g, e, n, h.blockSize, stats, stream), "block statistics");
-      check(cuda::launchLevelCodes(codec, bits, rng, g, e, n, h.blockSize, stats, codes.get(), r, counters.firstBad(),
-                                   stream), "level codes");
-      check(cuda::launchPackCodes(codes.get(), n, bits, reinterpret_cast<uint32_t*>(section1), stream), "bit packing");
-      break;
-    }
-    default:
-      GRADCOMP_THROW(BackendUnavailable, "codec '", codecIdName(h.codec), "' has no CUDA block path");
-  }
+  launch(BlockCodec::DeviceEncode{h, sec, payload, io.grad, io.residualIn, io.residualOut, io.n,
+                                  scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId),
+                                  counters.saturated(), counters.firstBad(), stream});
   const EncodeCounters c = counters.read();
   EncodeResult result;
   result.wireBytes = kWireHeaderBytes + h.payloadBytes;
@@ -242,89 +150,19 @@ EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, c
 }
 
 bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload,
-                            const scalar::ScaleRule& scaleRule, const ExecContext& exec) {
+                            const scalar::ScaleRule& scaleRule, const ExecContext& exec,
+                            const std::function<void(const BlockCodec::DeviceCheck&)>& launch) {
   const cudaStream_t stream = enter(exec);
   Counters counters(stream);
-  unsigned long long* bad = counters.firstBad();
-  const CodecId id = static_cast<CodecId>(h.codec);
-  const size_t n = h.numElements;
-  const auto* section0 = payload + sec.offset[0];
-  const auto* section1 = payload + (sec.count > 1 ? sec.offset[1] : 0);
-  const auto* scales = reinterpret_cast<const float*>(section0);
-  const size_t blocks = h.blockSize ? ceilDiv(static_cast<uint64_t>(n), static_cast<uint64_t>(h.blockSize)) : 0;
-  switch (id) {
-    case CodecId::None: check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Fp32, section0, n, bad, stream), "check"); break;
-    case CodecId::Fp16: check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Fp16, section0, n, bad, stream), "check"); break;
-    case CodecId::Bf16: check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Bf16, section0, n, bad, stream), "check"); break;
-    case CodecId::Int8:
-      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
-      check(cuda::launchFindInt8Minimum(reinterpret_cast<const int8_t*>(section1), n, bad, stream), "check");
-      break;
-    case CodecId::Fp8E4M3:
-    case CodecId::Fp8E5M2:
-      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
-      check(cuda::launchFindNonFiniteFp8(reinterpret_cast<const uint8_t*>(section1), n, fp8FormatOf(id), bad, stream),
-            "check");
-      break;
-    case CodecId::Qsgd:
-    case CodecId::Sign:
-      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
-      break;
-    case CodecId::TernGrad:
-      check(cuda::launchFindBadScales(scales, blocks, scaleRule, bad, stream), "check");
-      check(cuda::launchFindTernaryCode3(reinterpret_cast<const uint8_t*>(section1), n, bad, stream), "check");
-      break;
-    case CodecId::OneBit:
-      check(cuda::launchFindBadOneBitMeans(scales, blocks, bad, stream), "check");
-      break;
-    default:
-      GRADCOMP_THROW(BackendUnavailable, "codec '", codecIdName(h.codec), "' has no CUDA block path");
-  }
+  launch(BlockCodec::DeviceCheck{h, sec, payload, scaleRule, counters.firstBad(), stream});
   return counters.read().firstBad != ~0ull;
 }
 
 void decodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload, float* out,
-                 bool accumulate, const ExecContext& exec) {
+                 bool accumulate, const ExecContext& exec,
+                 const std::function<void(const BlockCodec::DeviceDecode&)>& launch) {
   const cudaStream_t stream = enter(exec);
-  const CodecId id = static_cast<CodecId>(h.codec);
-  const size_t n = h.numElements;
-  const auto* section0 = payload + sec.offset[0];
-  const auto* section1 = payload + (sec.count > 1 ? sec.offset[1] : 0);
-  const auto* scales = reinterpret_cast<const float*>(section0);
-  switch (id) {
-    case CodecId::None:
-      check(cuda::launchDecodeCast(cuda::CastFormat::Fp32, section0, n, 1.0f, out, accumulate, stream), "decode");
-      break;
-    case CodecId::Fp16:
-      // fp32(1 / prescale), as Fp16Codec::decodeTile.
-      check(cuda::launchDecodeCast(cuda::CastFormat::Fp16, section0, n, 1.0f / scalar::bitsToFloat(h.param), out,
-                                   accumulate, stream), "decode");
-      break;
-    case CodecId::Bf16:
-      check(cuda::launchDecodeCast(cuda::CastFormat::Bf16, section0, n, 1.0f, out, accumulate, stream), "decode");
-      break;
-    case CodecId::Int8:
-      check(cuda::launchDecodeInt8Blocks(reinterpret_cast<const int8_t*>(section1), n, h.blockSize, scales, out,
-                                         accumulate, stream), "decode");
-      break;
-    case CodecId::Fp8E4M3:
-    case CodecId::Fp8E5M2:
-      check(cuda::launchDecodeFp8Blocks(reinterpret_cast<const uint8_t*>(section1), n, h.blockSize, fp8FormatOf(id),
-                                        scales, out, accumulate, stream), "decode");
-      break;
-    case CodecId::Sign:
-      check(cuda::launchDecodeSignBlocks(reinterpret_cast<const uint8_t*>(section1), n, h.blockSize, scales, out,
-                                         accumulate, stream), "decode");
-      break;
-    case CodecId::Qsgd:
-    case CodecId::TernGrad:
-    case CodecId::OneBit:
-      check(cuda::launchDecodeLevels(levelCodecOf(id), levelBits(h), reinterpret_cast<const uint8_t*>(section1), n,
-                                     h.blockSize, scales, out, accumulate, stream), "decode");
-      break;
-    default:
-      GRADCOMP_THROW(BackendUnavailable, "codec '", codecIdName(h.codec), "' has no CUDA block path");
-  }
+  launch(BlockCodec::DeviceDecode{h, sec, payload, out, accumulate, stream});
   GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -89,15 +90,19 @@ struct EncodeBuffers {
   }
 };
 
-// ---- block codecs (none, fp16, bf16, fp8, int8, qsgd, terngrad, sign, onebit): the layout and
-// configuration come from the header the CPU encoder writes (h) and its sections.
+// ---- block codecs: the layout and configuration come from the header the CPU encoder writes (h) and its
+// sections; the codec's own launch function (BlockCodec::launch*OnDevice, in the codec's file) runs its
+// kernels, this orchestration does the rest (header, padding, counters, stream).
 EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const EncodeBuffers& io,
-                         const EncodeContext& ctx, const ExecContext& exec);
-// True when a device check finds an invalid scale or code in the payload.
+                         const EncodeContext& ctx, const ExecContext& exec,
+                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch);
+// True when the codec's device check finds an invalid scale or code in the payload.
 bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload,
-                            const scalar::ScaleRule& scaleRule, const ExecContext& exec);
+                            const scalar::ScaleRule& scaleRule, const ExecContext& exec,
+                            const std::function<void(const BlockCodec::DeviceCheck&)>& launch);
 void decodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload, float* out,
-                 bool accumulate, const ExecContext& exec);
+                 bool accumulate, const ExecContext& exec,
+                 const std::function<void(const BlockCodec::DeviceDecode&)>& launch);
 
 // ---- index/value codecs (topk, threshold)
 struct SparsePlan {

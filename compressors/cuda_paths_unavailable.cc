@@ -34,14 +34,15 @@ AlignedPayload::AlignedPayload(const std::byte* payload, uint64_t, const ExecCon
 AlignedPayload::~AlignedPayload() = default;
 
 EncodeResult encodeBlock(const WireHeader&, const BlockCodec::Sections&, const EncodeBuffers&, const EncodeContext&,
-                         const ExecContext&) {
+                         const ExecContext&, const std::function<void(const BlockCodec::DeviceEncode&)>&) {
   refuse("encode");
 }
 bool blockPayloadHasInvalid(const WireHeader&, const BlockCodec::Sections&, const std::byte*, const scalar::ScaleRule&,
-                            const ExecContext&) {
+                            const ExecContext&, const std::function<void(const BlockCodec::DeviceCheck&)>&) {
   refuse("decode");
 }
-void decodeBlock(const WireHeader&, const BlockCodec::Sections&, const std::byte*, float*, bool, const ExecContext&) {
+void decodeBlock(const WireHeader&, const BlockCodec::Sections&, const std::byte*, float*, bool, const ExecContext&,
+                 const std::function<void(const BlockCodec::DeviceDecode&)>&) {
   refuse("decode");
 }
 EncodeResult encodeIndexValue(CodecId, const SparsePlan&, const EncodeBuffers&, const ExecContext&) {

@@ -9,6 +9,11 @@
 #include "kernels/cpu/cast_kernels.h"
 #include "kernels/scalar/host_device.h"
 #include "kernels/scalar/scale_limits.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/cuda_launch.h"
+#include "kernels/cuda/cast_kernels.cuh"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -51,6 +56,23 @@ class Fp16Codec final : public BlockCodec {
     const float inv = 1.0f / scalar::bitsToFloat(h.param);
     cpu::decodeFp16(reinterpret_cast<const uint16_t*>(payload) + begin, count, inv, out, accumulate);
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::check(cuda::launchEncodeCast(cuda::CastFormat::Fp16, d.grad, d.residualIn, d.n,
+                                           scalar::bitsToFloat(d.h.param), d.section(0), d.residualOut, d.saturated,
+                                           d.firstBad, cudapath::asStream(d.stream)), "fp16 encode");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    cudapath::check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Fp16, d.section(0), d.h.numElements, d.firstBad,
+                                                  cudapath::asStream(d.stream)), "fp16 payload check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    // fp32(1 / prescale), as decodeTile.
+    cudapath::check(cuda::launchDecodeCast(cuda::CastFormat::Fp16, d.section(0), d.h.numElements,
+                                           1.0f / scalar::bitsToFloat(d.h.param), d.out, d.accumulate,
+                                           cudapath::asStream(d.stream)), "fp16 decode");
+  }
+#endif
 
  private:
   float prescale_;
@@ -76,6 +98,21 @@ class Bf16Codec final : public BlockCodec {
                   bool accumulate) const override {
     cpu::decodeBf16(reinterpret_cast<const uint16_t*>(payload) + begin, count, out, accumulate);
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::check(cuda::launchEncodeCast(cuda::CastFormat::Bf16, d.grad, d.residualIn, d.n, 1.0f, d.section(0),
+                                           d.residualOut, d.saturated, d.firstBad, cudapath::asStream(d.stream)),
+                    "bf16 encode");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    cudapath::check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Bf16, d.section(0), d.h.numElements, d.firstBad,
+                                                  cudapath::asStream(d.stream)), "bf16 payload check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeCast(cuda::CastFormat::Bf16, d.section(0), d.h.numElements, 1.0f, d.out,
+                                           d.accumulate, cudapath::asStream(d.stream)), "bf16 decode");
+  }
+#endif
 };
 
 }  // namespace

@@ -4,6 +4,11 @@
 #include "compressors/block_codec.h"
 #include "core/error.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/cuda_launch.h"
+#include "kernels/cuda/block_scale_kernels.cuh"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -54,6 +59,26 @@ class Fp8Codec final : public BlockCodec {
       cpu::decodeFp8Block(codes + off, len, fmt_, scales[block], out + off, accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::check(cuda::launchEncodeFp8Blocks(d.grad, d.residualIn, d.n, d.h.blockSize, fmt_,
+                                                reinterpret_cast<uint8_t*>(d.section(1)),
+                                                reinterpret_cast<float*>(d.section(0)), d.saturated, d.residualOut,
+                                                d.firstBad, cudapath::asStream(d.stream)), "fp8 encode");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    const cudaStream_t stream = cudapath::asStream(d.stream);
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, stream), "fp8 scale check");
+    cudapath::check(cuda::launchFindNonFiniteFp8(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements, fmt_,
+                                                 d.firstBad, stream), "fp8 code check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeFp8Blocks(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements,
+                                                d.h.blockSize, fmt_, reinterpret_cast<const float*>(d.section(0)),
+                                                d.out, d.accumulate, cudapath::asStream(d.stream)), "fp8 decode");
+  }
+#endif
 
  private:
   scalar::Fp8Format fmt_;

@@ -3,6 +3,11 @@
 
 #include "compressors/block_codec.h"
 #include "core/error.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/cuda_launch.h"
+#include "kernels/cuda/cast_kernels.cuh"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -37,6 +42,21 @@ class IdentityCodec final : public BlockCodec {
       std::memcpy(out, v, count * sizeof(float));
     }
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::check(cuda::launchEncodeCast(cuda::CastFormat::Fp32, d.grad, d.residualIn, d.n, 1.0f, d.section(0),
+                                           d.residualOut, nullptr, d.firstBad, cudapath::asStream(d.stream)),
+                    "fp32 encode");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    cudapath::check(cuda::launchFindNonFiniteCast(cuda::CastFormat::Fp32, d.section(0), d.h.numElements, d.firstBad,
+                                                  cudapath::asStream(d.stream)), "fp32 payload check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeCast(cuda::CastFormat::Fp32, d.section(0), d.h.numElements, 1.0f, d.out,
+                                           d.accumulate, cudapath::asStream(d.stream)), "fp32 decode");
+  }
+#endif
 };
 
 }  // namespace

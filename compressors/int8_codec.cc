@@ -4,6 +4,11 @@
 #include "compressors/block_codec.h"
 #include "core/error.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/cuda_launch.h"
+#include "kernels/cuda/block_scale_kernels.cuh"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -59,6 +64,27 @@ class Int8Codec final : public BlockCodec {
       cpu::decodeInt8Block(codes + off, len, scales[block], out + off, accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::check(cuda::launchEncodeInt8Blocks(d.grad, d.residualIn, d.n, d.h.blockSize,
+                                                 (d.h.flags & kFlagStochastic) != 0, d.rng, 0,
+                                                 reinterpret_cast<int8_t*>(d.section(1)),
+                                                 reinterpret_cast<float*>(d.section(0)), d.residualOut, d.firstBad,
+                                                 cudapath::asStream(d.stream)), "int8 encode");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    const cudaStream_t stream = cudapath::asStream(d.stream);
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, stream), "int8 scale check");
+    cudapath::check(cuda::launchFindInt8Minimum(reinterpret_cast<const int8_t*>(d.section(1)), d.h.numElements,
+                                                d.firstBad, stream), "int8 code check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeInt8Blocks(reinterpret_cast<const int8_t*>(d.section(1)), d.h.numElements,
+                                                 d.h.blockSize, reinterpret_cast<const float*>(d.section(0)), d.out,
+                                                 d.accumulate, cudapath::asStream(d.stream)), "int8 decode");
+  }
+#endif
 
  private:
   bool stochastic_;

@@ -10,6 +10,10 @@
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/scalar/level_codes.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/level_codes_on_device.h"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -69,6 +73,18 @@ class QsgdCodec final : public BlockCodec {
       cpu::decodeQsgdBlock(codes + off, len, bits, norms[block], out + off, accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::encodeLevelCodes(cuda::LevelCodec::Qsgd, static_cast<int>(d.h.flags), d);
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {  // every code is a level: only the norms
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, cudapath::asStream(d.stream)), "qsgd norm check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::decodeLevelCodes(cuda::LevelCodec::Qsgd, static_cast<int>(d.h.flags), d);
+  }
+#endif
 
  private:
   int bits_;
@@ -123,6 +139,21 @@ class TernGradCodec final : public BlockCodec {
       cpu::decodeTernBlock(codes + off, len, maxima[block], out + off, accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    cudapath::encodeLevelCodes(cuda::LevelCodec::TernGrad, 2, d);
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    const cudaStream_t stream = cudapath::asStream(d.stream);
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, stream), "terngrad maximum check");
+    cudapath::check(cuda::launchFindTernaryCode3(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements,
+                                                 d.firstBad, stream), "terngrad code check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::decodeLevelCodes(cuda::LevelCodec::TernGrad, 2, d);
+  }
+#endif
 };
 
 }  // namespace

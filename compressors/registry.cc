@@ -23,18 +23,33 @@ namespace {
 
 struct Entry {
   const char* name;
+  CodecId id;  // the number its wire headers carry (wire_format.h)
   std::unique_ptr<Compressor> (*make)(const CodecSpec&);
 };
 
 constexpr Entry kRegistry[] = {
-    {"none", makeIdentityCodec},   {"fp16", makeFp16Codec},          {"bf16", makeBf16Codec},
-    {"fp8-e4m3", makeFp8E4M3Codec}, {"fp8-e5m2", makeFp8E5M2Codec},  {"int8", makeInt8Codec},
-    {"qsgd", makeQsgdCodec},       {"terngrad", makeTernGradCodec},  {"topk", makeTopKCodec},
-    {"randomk", makeRandomKCodec}, {"threshold", makeThresholdCodec}, {"sign", makeSignCodec},
-    {"onebit", makeOneBitCodec},
+    {"none", CodecId::None, makeIdentityCodec},
+    {"fp16", CodecId::Fp16, makeFp16Codec},
+    {"bf16", CodecId::Bf16, makeBf16Codec},
+    {"fp8-e4m3", CodecId::Fp8E4M3, makeFp8E4M3Codec},
+    {"fp8-e5m2", CodecId::Fp8E5M2, makeFp8E5M2Codec},
+    {"int8", CodecId::Int8, makeInt8Codec},
+    {"qsgd", CodecId::Qsgd, makeQsgdCodec},
+    {"terngrad", CodecId::TernGrad, makeTernGradCodec},
+    {"topk", CodecId::TopK, makeTopKCodec},
+    {"randomk", CodecId::RandomK, makeRandomKCodec},
+    {"threshold", CodecId::Threshold, makeThresholdCodec},
+    {"sign", CodecId::Sign, makeSignCodec},
+    {"onebit", CodecId::OneBit, makeOneBitCodec},
 };
 
 }  // namespace
+
+const char* codecIdName(uint16_t id) {
+  for (const auto& e : kRegistry)
+    if (static_cast<uint16_t>(e.id) == id) return e.name;
+  return "unknown";
+}
 
 std::vector<std::string> codecNames() {
   std::vector<std::string> names;

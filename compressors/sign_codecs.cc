@@ -6,6 +6,11 @@
 #include "compressors/block_codec.h"
 #include "core/error.h"
 #include "kernels/cpu/sign_kernels.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/level_codes_on_device.h"
+#include "kernels/cuda/validate_kernels.cuh"
+#include "kernels/cuda/block_scale_kernels.cuh"
+#endif
 
 namespace gradcomp {
 namespace {
@@ -43,6 +48,27 @@ class SignCodec final : public BlockCodec {
       cpu::decodeSignBlock(bits + first / 8, first % 8, len, scales[block], out + off, accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    if (d.h.blockSize % 32 == 0) {  // whole warps per block: the fused ballot kernel
+      cudapath::check(cuda::launchEncodeSignBlocks(d.grad, d.residualIn, d.n, d.h.blockSize,
+                                                   reinterpret_cast<uint8_t*>(d.section(1)),
+                                                   reinterpret_cast<float*>(d.section(0)), d.residualOut, d.firstBad,
+                                                   cudapath::asStream(d.stream)), "sign encode");
+      return;
+    }
+    cudapath::encodeLevelCodes(cuda::LevelCodec::Sign, 1, d);
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, cudapath::asStream(d.stream)), "sign scale check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeSignBlocks(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements,
+                                                 d.h.blockSize, reinterpret_cast<const float*>(d.section(0)), d.out,
+                                                 d.accumulate, cudapath::asStream(d.stream)), "sign decode");
+  }
+#endif
 };
 
 class OneBitCodec final : public BlockCodec {
@@ -85,6 +111,14 @@ class OneBitCodec final : public BlockCodec {
                              accumulate);
     });
   }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override { cudapath::encodeLevelCodes(cuda::LevelCodec::OneBit, 1, d); }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    cudapath::check(cuda::launchFindBadOneBitMeans(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.firstBad,
+                                                   cudapath::asStream(d.stream)), "onebit means check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override { cudapath::decodeLevelCodes(cuda::LevelCodec::OneBit, 1, d); }
+#endif
 };
 
 }  // namespace

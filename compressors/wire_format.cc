@@ -7,25 +7,6 @@
 
 namespace gradcomp {
 
-const char* codecIdName(uint16_t id) {
-  switch (static_cast<CodecId>(id)) {
-    case CodecId::None: return "none";
-    case CodecId::Fp16: return "fp16";
-    case CodecId::Bf16: return "bf16";
-    case CodecId::Fp8E4M3: return "fp8-e4m3";
-    case CodecId::Fp8E5M2: return "fp8-e5m2";
-    case CodecId::Int8: return "int8";
-    case CodecId::Qsgd: return "qsgd";
-    case CodecId::TernGrad: return "terngrad";
-    case CodecId::TopK: return "topk";
-    case CodecId::RandomK: return "randomk";
-    case CodecId::Threshold: return "threshold";
-    case CodecId::Sign: return "sign";
-    case CodecId::OneBit: return "onebit";
-  }
-  return "unknown";
-}
-
 uint32_t headerChecksum(const WireHeader& h) {
   unsigned char bytes[sizeof(WireHeader)];
   std::memcpy(bytes, &h, sizeof(h));

@@ -36,7 +36,9 @@ enum class CodecId : uint16_t {
   OneBit = 13,
 };
 
-const char* codecIdName(uint16_t id);  // "unknown" for unassigned numbers
+// The registry name of a codec id, "unknown" for unassigned numbers (defined by the registry, whose
+// rows pair each name with its id).
+const char* codecIdName(uint16_t id);
 
 struct WireHeader {
   uint32_t magic = kWireMagic;
