@@ -84,6 +84,12 @@ float* scratchUniforms(uint64_t n) {
   return buffer.data();
 }
 
+uint8_t* scratchCodes(uint64_t n) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback) {
   return static_cast<uint32_t>(spec.getUInt("block", fallback, 1, 1u << 24));
 }

@@ -140,6 +140,8 @@ void forBlocksInTile(uint64_t begin, uint64_t count, uint32_t blockSize, Fn&& fn
 
 // A per-thread scratch buffer of at least n floats (the Philox uniforms of one tile).
 float* scratchUniforms(uint64_t n);
+// A per-thread scratch buffer of at least n bytes (one tile's codes before bit packing).
+uint8_t* scratchCodes(uint64_t n);
 
 // Shared parameter: a block size from the spec, validated (1 .. 2^24).
 uint32_t blockSizeParam(const CodecSpec& spec, uint32_t fallback);

@@ -18,13 +18,6 @@
 namespace gradcomp {
 namespace {
 
-thread_local std::vector<uint8_t> tCodes;
-
-uint8_t* scratchCodes(uint64_t n) {
-  if (tCodes.size() < n) tCodes.resize(n);
-  return tCodes.data();
-}
-
 class QsgdCodec final : public BlockCodec {
  public:
   explicit QsgdCodec(const CodecSpec& spec)

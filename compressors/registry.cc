@@ -18,6 +18,11 @@ std::unique_ptr<Compressor> makeRandomKCodec(const CodecSpec&);
 std::unique_ptr<Compressor> makeThresholdCodec(const CodecSpec&);
 std::unique_ptr<Compressor> makeSignCodec(const CodecSpec&);
 std::unique_ptr<Compressor> makeOneBitCodec(const CodecSpec&);
+std::unique_ptr<Compressor> makeMxFp8Codec(const CodecSpec&);
+std::unique_ptr<Compressor> makeMxFp6Codec(const CodecSpec&);
+std::unique_ptr<Compressor> makeMxFp4Codec(const CodecSpec&);
+std::unique_ptr<Compressor> makeNvfp4Codec(const CodecSpec&);
+std::unique_ptr<Compressor> makeInt4Codec(const CodecSpec&);
 
 namespace {
 
@@ -41,6 +46,11 @@ constexpr Entry kRegistry[] = {
     {"threshold", CodecId::Threshold, makeThresholdCodec},
     {"sign", CodecId::Sign, makeSignCodec},
     {"onebit", CodecId::OneBit, makeOneBitCodec},
+    {"mxfp8", CodecId::MxFp8, makeMxFp8Codec},
+    {"mxfp6", CodecId::MxFp6, makeMxFp6Codec},
+    {"mxfp4", CodecId::MxFp4, makeMxFp4Codec},
+    {"nvfp4", CodecId::NvFp4, makeNvfp4Codec},
+    {"int4", CodecId::Int4, makeInt4Codec},
 };
 
 }  // namespace

@@ -34,6 +34,11 @@ enum class CodecId : uint16_t {
   Threshold = 11,
   Sign = 12,
   OneBit = 13,
+  MxFp8 = 14,  // flags: element format (0 E4M3, 1 E5M2)
+  MxFp6 = 15,  // flags: 0 E2M3, 1 E3M2
+  MxFp4 = 16,
+  NvFp4 = 17,
+  Int4 = 18,
 };
 
 // The registry name of a codec id, "unknown" for unassigned numbers (defined by the registry, whose

@@ -229,14 +229,15 @@ size_t firstInt8Minimum(const int8_t* codes, size_t n) {
   return firstMaskedByte(reinterpret_cast<const uint8_t*>(codes), n, 0xff, 0x80);
 }
 
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes) {
-  const float scale = blockScale(blockAmax(x, n), 127.0f);
+float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes) {
+  const float top = static_cast<float>(maxCode);
+  const float scale = blockScale(blockAmax(x, n), top);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
   if (!uniforms) {
     // nearbyint == round to nearest even under the default rounding mode; clamp; pack with signed
-    // saturation (values are already within +-127).
-    const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    // saturation (values are already within +-maxCode).
+    const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
     for (; i0 + 8 <= n; i0 += 8) {
       __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i0), vScale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
@@ -249,15 +250,19 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
   if (uniforms) {
     for (size_t i = 0; i < n; ++i) {
       const float q = std::floor(x[i] * scale + uniforms[i]);
-      codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+      codes[i] = static_cast<int8_t>(std::clamp(q, -top, top));
     }
   } else {
     for (size_t i = i0; i < n; ++i) {
       const float q = std::nearbyint(x[i] * scale);
-      codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+      codes[i] = static_cast<int8_t>(std::clamp(q, -top, top));
     }
   }
   return scale;
+}
+
+float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes) {
+  return encodeSymmetricIntBlock(x, n, 127, uniforms, codes);
 }
 
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate) {

@@ -35,6 +35,8 @@ void encodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Form
 // Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
 // floor(v + u); nullptr rounds to nearest even.
 float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes);
+// The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
+float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 
 // u[i] = uniform01 of element first+i of the stream (first may be any index).

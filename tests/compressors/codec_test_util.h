@@ -24,6 +24,8 @@ inline const std::vector<std::string> kCodecConfigurations = {
     "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
     "randomk:ratio=0.25,unbiased=true",
     "threshold:ratio=0.05", "sign",   "sign:block=9",        "onebit",        "onebit:block=13",
+    "mxfp8",         "mxfp8:elem=e5m2", "mxfp6",              "mxfp6:elem=e3m2", "mxfp4",
+    "mxfp4:block=24", "nvfp4",         "int4",                "int4:rounding=stochastic,block=20",
 };
 
 // A 16-byte aligned byte buffer (the encode contract) pre-filled with a pattern, so tests notice

@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> specs = {"none", "fp16", "bf16", "fp8-e4m3:block=8", "fp8-e5m2", "int8:block=5",
                                           "int8:rounding=stochastic", "qsgd:bits=3,block=7", "terngrad:block=6",
                                           "topk:k=4", "topk:k=3,values=fp16", "randomk:k=5", "randomk:k=2,values=fp16,unbiased=true",
-                                          "threshold:k=3", "sign:block=5", "onebit:block=9"};
+                                          "threshold:k=3", "sign:block=5", "onebit:block=9", "mxfp8",
+                                          "mxfp8:elem=e5m2", "mxfp6:block=8", "mxfp6:elem=e3m2", "mxfp4:block=8",
+                                          "nvfp4", "int4:block=6", "int4:rounding=stochastic"};
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
   int files = 0;
@@ -71,7 +73,9 @@ int main(int argc, char** argv) {
   const std::vector<float> extremes = {FLT_MAX, -FLT_MAX, 2.41e38f, 2.41e38f, 0.0f, -3e38f, 1.0f, 1e-30f, 0.0f};
   const std::vector<float> tiny = {1e-39f, 0.0f, -1e-39f, 1.4e-45f, 0.0f, 3e-41f, -2e-44f, 0.0f, 1e-39f};
   for (const char* spec : {"int8:block=5", "fp8-e4m3:block=8", "fp8-e5m2", "qsgd:bits=8,block=4", "qsgd:bits=4",
-                           "terngrad:block=6", "randomk:k=3,unbiased=true", "sign:block=5", "onebit:block=9"}) {
+                           "terngrad:block=6", "randomk:k=3,unbiased=true", "sign:block=5", "onebit:block=9",
+                           "mxfp8:block=8", "mxfp8:elem=e5m2,block=8", "mxfp6:block=8", "mxfp6:elem=e3m2,block=8",
+                           "mxfp4:block=8", "nvfp4", "int4:block=5"}) {
     auto c = makeCompressor(spec);
     write(argv[1], std::string(spec) + "_extremes", encode(*c, extremes));
     write(argv[1], std::string(spec) + "_tiny", encode(*c, tiny));
@@ -101,6 +105,17 @@ int main(int argc, char** argv) {
   forge("qsgd8_norm_fltmax", "qsgd:bits=8", [](auto& w) { poke(w, kWireHeaderBytes, FLT_MAX); });
   forge("randomk_unbiased_value_overflows", "randomk:k=2,unbiased=true",
         [](auto& w) { poke(w, kWireHeaderBytes + 16, 1e38f); });  // x 4 = 4e38
+  // MX: E8M0 scale 2^120 makes 448 x scale overflow (the largest accepted for E4M3 is 2^119).
+  forge("mxfp8_scale_2p120", "mxfp8", [](auto& w) { w[kWireHeaderBytes] = std::byte{247}; });
+  forge("mxfp4_scale_nan", "mxfp4", [](auto& w) { w[kWireHeaderBytes] = std::byte{0xff}; });
+  // NVFP4: a tensor scale with 6 x 448 x t = Inf.
+  forge("nvfp4_tensor_scale_overflows", "nvfp4", [](auto& w) {
+    resign(w, [](WireHeader& h) {
+      const float t = FLT_MAX / 1000.0f;
+      std::memcpy(&h.param, &t, 4);
+    });
+  });
+  forge("int4_scale_1e-38", "int4", [](auto& w) { poke(w, kWireHeaderBytes, 1e-38f); });
   std::printf("wrote %d regression files to %s\n", forged, argv[2]);
   return 0;
 }

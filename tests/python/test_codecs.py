@@ -16,7 +16,8 @@ CONFIGURATIONS = [
     "int8:rounding=stochastic,block=100", "qsgd", "qsgd:bits=2", "qsgd:bits=8,block=33", "terngrad", "topk",
     "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
     "randomk:ratio=0.25,unbiased=true", "threshold:ratio=0.05", "sign", "sign:block=9", "onebit",
-    "onebit:block=13",
+    "onebit:block=13", "mxfp8", "mxfp8:elem=e5m2", "mxfp6", "mxfp6:elem=e3m2", "mxfp4", "mxfp4:block=24", "nvfp4",
+    "int4", "int4:rounding=stochastic,block=20",
 ]
 
 
@@ -26,7 +27,8 @@ def normal(n, seed=3, sigma=1.0):
 
 def test_codecs_lists_every_registered_codec():
     assert gradcomp.codecs() == ["none", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "qsgd", "terngrad", "topk",
-                                 "randomk", "threshold", "sign", "onebit"]
+                                 "randomk", "threshold", "sign", "onebit", "mxfp8", "mxfp6", "mxfp4", "nvfp4",
+                                 "int4"]
 
 
 @pytest.mark.parametrize("spec", CONFIGURATIONS)

@@ -1,0 +1,117 @@
+// `int4`: symmetric per-block absmax quantization to [-7, 7] (never -8, so the grid is symmetric and
+// zero is exact), scale = 7 / amax with int8's rules (kernels/scalar/scale_limits.h), decoding code x
+// fl(1 / scale). Rounding to nearest even, or stochastic (unbiased) with Philox uniforms keyed by (seed,
+// rank, step, tensor, element), as int8. Default block 64 (4.5 bits per element with the fp32 scale).
+// Layout: [fp32 scale per block][4-bit two's complement codes, LSB-first]; the nibble 0x8 is invalid.
+#include "compressors/block_codec.h"
+#include "core/error.h"
+#include "kernels/cpu/bit_pack.h"
+#include "kernels/cpu/block_scale_kernels.h"
+#if GRADCOMP_HAVE_CUDA
+#include "compressors/cuda_launch.h"
+#include "kernels/cuda/level_kernels.cuh"
+#include "kernels/cuda/microscaling_kernels.cuh"
+#include "kernels/cuda/validate_kernels.cuh"
+#endif
+
+namespace gradcomp {
+namespace {
+
+constexpr uint32_t kFlagStochastic = 1;
+constexpr int kInt4Max = 7;
+
+class Int4Codec final : public BlockCodec {
+ public:
+  explicit Int4Codec(const CodecSpec& spec)
+      : BlockCodec(spec, blockSizeParam(spec, 64)),
+        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
+  CodecId id() const override { return CodecId::Int4; }
+  CompressorTraits traits() const override {
+    CompressorTraits t;
+    t.stochastic = stochastic_;
+    return t;
+  }
+
+ protected:
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 4); }
+  uint32_t formatFlags() const override { return stochastic_ ? kFlagStochastic : 0; }
+  void validateFlags(uint32_t flags) const override {
+    GRADCOMP_CHECK((flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
+  }
+  void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                  const EncodeContext& ctx, uint64_t&, bool) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    float* u = nullptr;
+    if (h.flags & kFlagStochastic) {
+      u = scratchUniforms(count);
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
+    }
+    auto* codes = reinterpret_cast<int8_t*>(scratchCodes(count));
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      scales[block] = cpu::encodeSymmetricIntBlock(x + off, len, kInt4Max, u ? u + off : nullptr, codes + off);
+    });
+    auto* nibbles = reinterpret_cast<uint8_t*>(codes);
+    for (uint64_t i = 0; i < count; ++i) nibbles[i] &= 0xfu;  // two's complement in 4 bits
+    cpu::packBits(nibbles, count, 4, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
+  }
+  scalar::ScaleRule scaleRule(const WireHeader&) const override {
+    return scalar::ScaleRule{.reciprocalOf = static_cast<float>(kInt4Max)};
+  }
+  void validatePayload(const WireHeader& h, const std::byte* payload) const override {
+    const Sections sec = sections(h);
+    validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
+    const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
+    for (uint64_t byte = 0; byte < sec.bytes[1]; ++byte) {
+      const uint8_t v = packed[byte];
+      const uint64_t element = (v & 0xfu) == 0x8u ? 2 * byte : ((v >> 4) == 0x8u ? 2 * byte + 1 : h.numElements);
+      GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": code -8 at element ", element,
+                     " is outside the symmetric range [-7, 7]");
+    }
+  }
+  void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
+                  bool accumulate) const override {
+    const Sections sec = sections(h);
+    const auto* scales = reinterpret_cast<const float*>(payload + sec.offset[0]);
+    uint8_t* nibbles = scratchCodes(count);
+    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 2, count, 4, nibbles);
+    auto* codes = reinterpret_cast<int8_t*>(nibbles);
+    for (uint64_t i = 0; i < count; ++i) codes[i] = static_cast<int8_t>(nibbles[i] >= 8 ? nibbles[i] - 16 : nibbles[i]);
+    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
+      cpu::decodeInt8Block(codes + off, len, scales[block], out + off, accumulate);
+    });
+  }
+#if GRADCOMP_HAVE_CUDA
+  void launchEncodeOnDevice(const DeviceEncode& d) const override {
+    const cudaStream_t stream = cudapath::asStream(d.stream);
+    cudapath::DeviceScratch<uint8_t> nibbles(d.n, stream);
+    cudapath::check(cuda::launchEncodeInt4Blocks(d.grad, d.residualIn, d.n, d.h.blockSize,
+                                                 (d.h.flags & kFlagStochastic) != 0, d.rng, nibbles.get(),
+                                                 reinterpret_cast<float*>(d.section(0)), d.residualOut, d.firstBad,
+                                                 stream), "int4 encode");
+    cudapath::check(cuda::launchPackCodes(nibbles.get(), d.n, 4, reinterpret_cast<uint32_t*>(d.section(1)), stream),
+                    "int4 bit packing");
+  }
+  void launchCheckOnDevice(const DeviceCheck& d) const override {
+    const cudaStream_t stream = cudapath::asStream(d.stream);
+    cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
+                                              d.firstBad, stream), "int4 scale check");
+    cudapath::check(cuda::launchFindInt4Minimum(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements,
+                                                d.firstBad, stream), "int4 code check");
+  }
+  void launchDecodeOnDevice(const DeviceDecode& d) const override {
+    cudapath::check(cuda::launchDecodeInt4(reinterpret_cast<const uint8_t*>(d.section(1)), d.h.numElements,
+                                           d.h.blockSize, reinterpret_cast<const float*>(d.section(0)), d.out,
+                                           d.accumulate, cudapath::asStream(d.stream)), "int4 decode");
+  }
+#endif
+
+ private:
+  bool stochastic_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeInt4Codec(const CodecSpec& spec) { return std::make_unique<Int4Codec>(spec); }
+
+}  // namespace gradcomp

@@ -1,0 +1,32 @@
+// Block-scaled narrow formats (kernels/scalar/element_formats.h): OCP Microscaling (MXFP8 / MXFP6 /
+// MXFP4: blocks sharing one E8M0 power-of-two scale) and NVFP4 (E2M1 elements, an E4M3 scale per block
+// and an fp32 scale per tensor). Codes are written one byte each (low `bits` bits used); the codec packs
+// them. The scalar steps are the shared __host__ __device__ ones, so the CUDA twin emits the same bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/scalar/element_formats.h"
+
+namespace gradcomp::cpu {
+
+// Consecutive blocks of x (the last may be short): one E8M0 scale code per block in scaleCodes[], one
+// element code per value; returns the saturations (|x / X| at or past the format's overflow midpoint).
+uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* codes,
+                        uint8_t* scaleCodes);
+// out[i] (=|+=) element(codes[i]) x 2^(scaleCode - 127), for one block.
+void decodeMxBlock(const uint8_t* codes, size_t n, scalar::ElementFormat fmt, uint8_t scaleCode, float* out,
+                   bool accumulate);
+
+// NVFP4 with the tensor's decode scale t (scalar::nvfp4TensorScale of the tensor's amax): 4-bit E2M1
+// codes and one E4M3 scale code per block; returns the saturations.
+uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes);
+void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
+
+// max |x| (exact: an integer max of the magnitude bits); >= Inf when x holds Inf or NaN.
+float absMax(const float* x, size_t n);
+// max |g + e| with the sum rounded as fp32 (the fused error-feedback input), without storing it.
+float absMaxOfSum(const float* g, const float* e, size_t n);
+
+}  // namespace gradcomp::cpu
