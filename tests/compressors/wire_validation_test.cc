@@ -2,6 +2,8 @@
 // raised before anything is written to the output.
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -149,7 +151,11 @@ TEST(PayloadValidation, CodesOutsideTheFormat) {
                         Case{"fp8-e5m2", 64 + 5, 0xfc, "NaN/Inf code at element 5"},
                         Case{"terngrad", 64 + 1, 0x30, "code 3 at element 6"},
                         Case{"fp16", 48 + 2 * 7 + 1, 0x7c, "Inf/NaN code at element 7"},
-                        Case{"bf16", 48 + 2 * 2 + 1, 0xff, "Inf/NaN code at element 2"}}) {
+                        Case{"bf16", 48 + 2 * 2 + 1, 0xff, "Inf/NaN code at element 2"},
+                        Case{"mxfp8", 64 + 5, 0x7f, "NaN/Inf element code at element 5"},
+                        Case{"mxfp8:elem=e5m2", 64 + 5, 0xfc, "NaN/Inf element code at element 5"},
+                        Case{"int4", 64 + 1, 0x80, "code -8 at element 3"},
+                        Case{"int4", 64 + 7, 0x08, "code -8 at element 14"}}) {
     auto c = makeCompressor(k.spec);
     auto w = encodeToVector(*c, x);
     if (std::string(k.spec) == "fp16" || std::string(k.spec) == "bf16") w[k.offset - 1] = std::byte{0x80};
@@ -183,6 +189,46 @@ TEST(PayloadValidation, ScalesThatAreZeroInfOrNaN) {
   w = encodeToVector(*none, x);
   poke<float>(w, 48 + 4 * 9, INFINITY);
   expectRejected(*none, w, x.size(), "non-finite value at element 9");
+}
+
+// The block-scaled narrow formats: every scale the decoder could not use finitely is refused, naming it.
+TEST(PayloadValidation, MicroscalingScalesThatOverflowOrAreNaN) {
+  const std::vector<float> x = normalVector(16, 7);
+  struct Case {
+    const char* spec;
+    uint8_t scaleByte;  // block 0's scale code, right after the header
+    const char* message;
+  };
+  for (const Case& k : {Case{"mxfp8", 0xff, "E8M0 scale code 255 (NaN)"},
+                        Case{"mxfp8", 247, "scale code 247; accepted: 0 .. 246"},  // 448 x 2^120 = Inf
+                        Case{"mxfp8:elem=e5m2", 240, "scale code 240; accepted: 0 .. 239"},
+                        Case{"mxfp6", 253, "accepted: 0 .. 252"},
+                        Case{"mxfp6:elem=e3m2", 251, "accepted: 0 .. 250"},
+                        Case{"mxfp4", 253, "accepted: 0 .. 252"},
+                        Case{"nvfp4", 0x7f, "E4M3 scale code 0x7f (NaN)"},
+                        Case{"nvfp4", 0x81, "E4M3 scale code 0x81 (negative)"}}) {
+    SCOPED_TRACE(k.spec);
+    auto c = makeCompressor(k.spec);
+    auto w = encodeToVector(*c, x);
+    w[kWireHeaderBytes] = std::byte{k.scaleByte};
+    expectRejected(*c, w, x.size(), k.message);
+  }
+  // The largest accepted MX scale decodes finite: 448 x 2^119 = 1.75 x 2^127.
+  auto mx = makeCompressor("mxfp8");
+  auto w = encodeToVector(*mx, x);
+  w[kWireHeaderBytes] = std::byte{246};
+  for (float v : testing::decodeToVector(*mx, w, x.size())) EXPECT_TRUE(std::isfinite(v));
+  // nvfp4's tensor scale travels in the header: 6 x 448 x t must be finite, t a positive normal.
+  auto nv = makeCompressor("nvfp4");
+  for (float t : {FLT_MAX / 2000.0f, 0.0f, -1.0f, 1e-39f, std::numeric_limits<float>::quiet_NaN()}) {
+    auto wt = encodeToVector(*nv, x);
+    rewrite(wt, [t](WireHeader& h) { std::memcpy(&h.param, &t, 4); });
+    expectRejected(*nv, wt, x.size(), "header tensor scale");
+  }
+  auto i4 = makeCompressor("int4");
+  auto wi = encodeToVector(*i4, x);
+  poke(wi, kWireHeaderBytes, 1e-38f);  // 7 x 1e38 = Inf
+  expectRejected(*i4, wi, x.size(), "block 0 carries an invalid scale");
 }
 
 TEST(PayloadValidation, Fp8FlavourMismatchNamesBoth) {

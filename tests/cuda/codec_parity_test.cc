@@ -54,7 +54,9 @@ const std::vector<std::string>& specs() {
       "none", "fp16", "fp16:prescale=0.125", "bf16", "fp8-e4m3", "fp8-e4m3:block=77", "fp8-e5m2", "int8",
       "int8:rounding=stochastic", "int8:block=100", "qsgd", "qsgd:bits=3:block=100", "qsgd:bits=8", "terngrad",
       "terngrad:block=37", "sign", "sign:block=100", "onebit", "onebit:block=77", "topk", "topk:ratio=0.1:values=fp16",
-      "topk:k=1", "threshold", "threshold:values=fp16:sample=64", "randomk", "randomk:values=fp16:unbiased=true"};
+      "topk:k=1", "threshold", "threshold:values=fp16:sample=64", "randomk", "randomk:values=fp16:unbiased=true",
+      "mxfp8", "mxfp8:elem=e5m2", "mxfp8:block=77", "mxfp6", "mxfp6:elem=e3m2", "mxfp4", "mxfp4:block=24", "nvfp4",
+      "int4", "int4:rounding=stochastic", "int4:block=100"};
   return v;
 }
 
