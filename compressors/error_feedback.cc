@@ -13,6 +13,7 @@ namespace gradcomp {
 std::unique_ptr<ErrorFeedback> makeNoFeedback(const CodecSpec&);
 std::unique_ptr<ErrorFeedback> makeResidualFeedback(const CodecSpec&);
 std::unique_ptr<ErrorFeedback> makeEf21Feedback(const CodecSpec&);
+std::unique_ptr<ErrorFeedback> makeEf21SgdmFeedback(const CodecSpec&);
 std::unique_ptr<ErrorFeedback> makeDgcFeedback(const CodecSpec&);
 
 std::unique_ptr<ErrorFeedback> ErrorFeedback::make(const std::string& text) {
@@ -21,8 +22,9 @@ std::unique_ptr<ErrorFeedback> ErrorFeedback::make(const std::string& text) {
   if (spec.name() == "none") p = makeNoFeedback(spec);
   else if (spec.name() == "ef") p = makeResidualFeedback(spec);
   else if (spec.name() == "ef21") p = makeEf21Feedback(spec);
+  else if (spec.name() == "ef21-sgdm") p = makeEf21SgdmFeedback(spec);
   else if (spec.name() == "dgc") p = makeDgcFeedback(spec);
-  else GRADCOMP_THROW(InvalidArgument, "unknown error-feedback policy '", spec.name(), "' (known: none, ef, ef21, dgc)");
+  else GRADCOMP_THROW(InvalidArgument, "unknown error-feedback policy '", spec.name(), "' (known: none, ef, ef21, ef21-sgdm, dgc)");
   spec.checkAllUsed();
   p->canonical_ = spec.canonical();
   return p;

@@ -5,11 +5,14 @@
 //   ef    c = g + e; wire = C(c); e <- c - D(wire)                 (Seide et al.; Karimireddy et al.)
 //   ef21  wire = C(g - h); h <- h + D(wire); after the all-reduce the optimizer sees H <- H + sum
 //         (Richtarik, Sokolov, Fatkhullin 2021; h is this worker's estimate, H the shared one)
+//   ef21-sgdm  v <- (1 - eta) v + eta g; then ef21 on v: wire = C(v - h); h <- h + D(wire); H <- H + sum
+//         (Fatkhullin, Tyurin, Richtarik 2023; eta=0.1 by default)
 //   dgc   u <- m u + clip(g); c = v + u; wire = C(c); v <- c - D(wire); u <- 0 where D(wire) != 0
 //         (Lin et al. 2018: momentum correction, factor masking, local clipping, warm-up schedule)
 //
 // Invariants, tested: ef   g + e_before        == D(wire) + e_after
 //                     ef21 h_after             == h_before + D(wire), wire = C(g - h_before)
+//                     ef21-sgdm the same with v_after = (1 - eta) v_before + eta g in place of g
 //                     dgc  v_before + u_after' == D(wire) + v_after (u_after' before masking)
 // up to fp32 rounding of the two additions (exact when D(wire) equals the sent values, as for
 // sparse codecs with fp32 values).
@@ -80,7 +83,7 @@ class ErrorFeedback {
 
   // Buffer `which` of a tensor's state (tests and inspection); empty if the tensor has none.
   std::span<const float> stateBuffer(uint32_t tensorId, int which) const;
-  // State buffers per tensor (0 for `none`, 1 for ef / ef21, 2 for dgc) and the tensors that have state.
+  // State buffers per tensor (0 for `none`, 1 for ef, 2 for ef21 and dgc, 3 for ef21-sgdm) and the tensors that have state.
   int numBuffers() const { return numBuffers_; }
   std::vector<uint32_t> tensorIds() const;
   // Replaces a tensor's state with `buffers` (numBuffers() of them, equal lengths, finite): how a caller

@@ -1,4 +1,4 @@
-// The four error-feedback policies (formulas in error_feedback.h).
+// The error-feedback policies (formulas in error_feedback.h).
 #include <cmath>
 #include <utility>
 
@@ -45,9 +45,9 @@ class ResidualFeedback final : public ErrorFeedback {
 
 // Buffer 0: -h (this worker's estimate, negated so the fused primitive computes g - h);
 // buffer 1: H, the estimate shared by all workers, updated in finish().
-class Ef21Feedback final : public ErrorFeedback {
+class Ef21Feedback : public ErrorFeedback {
  public:
-  explicit Ef21Feedback(const CodecSpec& spec) : ErrorFeedback(spec, 2) {}
+  explicit Ef21Feedback(const CodecSpec& spec, int buffers = 2) : ErrorFeedback(spec, buffers) {}
 
   void finish(uint32_t tensorId, std::span<float> reduced) override {
     std::vector<float>* shared = mutableStateBuffer(tensorId, 1);
@@ -64,13 +64,46 @@ class Ef21Feedback final : public ErrorFeedback {
  protected:
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                               const EncodeContext& ctx, TensorState& st) override {
-    // encodeWithResidual(g, -h) sends C(g - h) and leaves r = (g - h) - D; then h' = h + D = g - r.
-    std::vector<float>& r = scratch(grad.size());
-    const EncodeResult res = codec.encodeWithResidual(grad, st.buffers[0], r, wire, ctx);
+    return compressEstimate(codec, grad, wire, ctx, st, scratch(grad.size()));
+  }
+
+  // EF21's step on the vector the estimate tracks (the gradient here, the momentum in ef21-sgdm):
+  // encodeWithResidual(v, -h) sends C(v - h) and leaves r = (v - h) - D; then h' = h + D = v - r.
+  static EncodeResult compressEstimate(const Compressor& codec, std::span<const float> v, std::span<std::byte> wire,
+                                       const EncodeContext& ctx, TensorState& st, std::span<float> r) {
+    const EncodeResult res = codec.encodeWithResidual(v, st.buffers[0], r, wire, ctx);
     std::vector<float>& negH = st.buffers[0];
-    for (size_t i = 0; i < grad.size(); ++i) negH[i] = r[i] - grad[i];
+    for (size_t i = 0; i < v.size(); ++i) negH[i] = r[i] - v[i];
     return res;
   }
+};
+
+// EF21-SGDM (Fatkhullin, Tyurin, Richtarik, NeurIPS 2023, "Momentum Provably Improves Error Feedback!"):
+// EF21 on a momentum estimator v <- (1 - eta) v + eta g instead of on g. Buffers 0 and 1 as ef21 (-h, H);
+// buffer 2: v. The optimizer sees H, the shared estimate of the momentum (so it is used without a
+// momentum of its own, or with one if the experiment wants both).
+class Ef21SgdmFeedback final : public Ef21Feedback {
+ public:
+  explicit Ef21SgdmFeedback(const CodecSpec& spec)
+      : Ef21Feedback(spec, 3), eta_(static_cast<float>(spec.getDouble("eta", 0.1, 1e-9, 1.0))) {}
+
+ protected:
+  EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
+                              const EncodeContext& ctx, TensorState& st) override {
+    const size_t n = grad.size();
+    // v' goes to scratch first, so a failed encode leaves v as it was.
+    std::vector<float>& work = scratch(2 * n);
+    float* vNew = work.data();
+    const std::vector<float>& v = st.buffers[2];
+    const float keep = 1.0f - eta_;
+    for (size_t i = 0; i < n; ++i) vNew[i] = keep * v[i] + eta_ * grad[i];
+    const EncodeResult res = compressEstimate(codec, {vNew, n}, wire, ctx, st, {work.data() + n, n});
+    std::copy(vNew, vNew + n, st.buffers[2].begin());
+    return res;
+  }
+
+ private:
+  float eta_;
 };
 
 // Buffer 0: momentum u; buffer 1: accumulated velocity v.
@@ -131,6 +164,7 @@ class DgcFeedback final : public ErrorFeedback {
 std::unique_ptr<ErrorFeedback> makeNoFeedback(const CodecSpec& s) { return std::make_unique<NoFeedback>(s); }
 std::unique_ptr<ErrorFeedback> makeResidualFeedback(const CodecSpec& s) { return std::make_unique<ResidualFeedback>(s); }
 std::unique_ptr<ErrorFeedback> makeEf21Feedback(const CodecSpec& s) { return std::make_unique<Ef21Feedback>(s); }
+std::unique_ptr<ErrorFeedback> makeEf21SgdmFeedback(const CodecSpec& s) { return std::make_unique<Ef21SgdmFeedback>(s); }
 std::unique_ptr<ErrorFeedback> makeDgcFeedback(const CodecSpec& s) { return std::make_unique<DgcFeedback>(s); }
 
 }  // namespace gradcomp

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                  "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline; "
                  "auto: the cost model's pick per size (with --link-model)");
   ar->add_option("--case", perf.cases, "algorithm/codec pair, repeatable (instead of every -a x --codec)");
-  ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 dgc");
+  ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 ef21-sgdm dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
   ar->add_option("-o,--op", perf.op, "sum or avg");
   ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations")->check(CLI::Range(0, 1000000));

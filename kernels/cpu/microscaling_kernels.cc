@@ -16,43 +16,106 @@ float absMaxOfSum(const float* g, const float* e, size_t n) {
   return bitsToFloat(m);
 }
 
+namespace {
+
+// floatToElement without branches, so the block loops vectorize (tested equal to it: the golden
+// hashes, and tests/python/test_element_formats.py against ml_dtypes through these kernels).
+struct ElementLane {
+  explicit ElementLane(const ElementSpec& spec)
+      : s(spec),
+        maxBits(floatBits(spec.maxValue)),
+        shift(23 - spec.mantBits),
+        rebias((static_cast<uint32_t>(spec.bias - 127) << 23) + ((1u << (22 - spec.mantBits)) - 1u)),
+        magicBits(floatBits(spec.subnormalMagic)),
+        overflow(elementOverflowBits(spec)) {}
+  uint8_t operator()(float v) const {
+    const uint32_t xb = floatBits(v);
+    const uint32_t sign = (xb >> 31) << (s.bits - 1);
+    const uint32_t a = xb & 0x7fffffffu;
+    const uint32_t sub = floatBits(bitsToFloat(a) + s.subnormalMagic) - magicBits;
+    const uint32_t nor = (a + rebias + ((a >> shift) & 1u)) >> shift;  // wraps for a < min normal: not selected
+    uint32_t code = a < s.minNormalBits ? sub : nor;
+    code = a >= maxBits ? s.maxCode : code;
+    code = code > s.maxCode ? s.maxCode : code;
+    return static_cast<uint8_t>(sign | code);
+  }
+  ElementSpec s;
+  uint32_t maxBits;
+  int shift;
+  uint32_t rebias, magicBits, overflow;
+};
+
+// Every code's value of a format (256 entries cover the widest).
+struct ElementTable {
+  explicit ElementTable(ElementFormat fmt) {
+    const ElementSpec s = elementSpec(fmt);
+    for (int c = 0; c < 256; ++c) value[c] = elementToFloat(static_cast<uint8_t>(c & ((1 << s.bits) - 1)), s, fmt);
+  }
+  float value[256];
+};
+
+const ElementTable& tableOf(ElementFormat fmt) {
+  static const ElementTable tables[] = {ElementTable(ElementFormat::E4M3), ElementTable(ElementFormat::E5M2),
+                                        ElementTable(ElementFormat::E2M3), ElementTable(ElementFormat::E3M2),
+                                        ElementTable(ElementFormat::E2M1)};
+  return tables[static_cast<int>(fmt)];
+}
+
+// out[i] (=|+=) fl(value[codes[i]] x factor): the decoders' one product per element.
+void decodeScaled(const uint8_t* codes, size_t n, const float* value, float factor, float* out, bool accumulate) {
+  if (accumulate) {
+    for (size_t i = 0; i < n; ++i) out[i] += value[codes[i]] * factor;
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = value[codes[i]] * factor;
+  }
+}
+
+// Codes of one block: codes[i] = lane(x[i] op factor), returning the saturations. kLen > 0: the block's
+// length known at compile time (the formats' standard 16 and 32), so the loop is one straight vector
+// sequence instead of a runtime-length loop that the vectorizer versions and, at 16-32 elements,
+// leaves to its scalar tail.
+template <int kLen, bool kDivide>
+uint32_t blockCodes(const float* __restrict x, size_t len, float factor, const ElementLane& lane,
+                    uint8_t* __restrict codes) {
+  const size_t n = kLen > 0 ? static_cast<size_t>(kLen) : len;
+  uint32_t sat = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = kDivide ? x[i] / factor : x[i] * factor;
+    sat += absBits(v) >= lane.overflow;
+    codes[i] = lane(v);
+  }
+  return sat;
+}
+
+template <bool kDivide>
+uint32_t blockCodesAnyLength(const float* x, size_t len, float factor, const ElementLane& lane, uint8_t* codes) {
+  if (len == 32) return blockCodes<32, kDivide>(x, len, factor, lane, codes);
+  if (len == 16) return blockCodes<16, kDivide>(x, len, factor, lane, codes);
+  return blockCodes<0, kDivide>(x, len, factor, lane, codes);
+}
+
+}  // namespace
+
 uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* codes,
                         uint8_t* scaleCodes) {
-  const ElementSpec s = elementSpec(fmt);
-  const uint32_t overflow = elementOverflowBits(s);
+  const ElementLane lane(elementSpec(fmt));
   uint64_t saturated = 0;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
-    const uint8_t scaleCode = mxSharedScaleCode(blockAmax(x + b0, len), s);
+    const uint8_t scaleCode = mxSharedScaleCode(blockAmax(x + b0, len), lane.s);
     scaleCodes[block] = scaleCode;
     // x / 2^e as a product with 2^-e: exact (a power of two, and x / X < 2^(emax + 1) never overflows).
-    const float inv = mxInverseScale(scaleCode);
-    for (size_t i = 0; i < len; ++i) {
-      const float v = x[b0 + i] * inv;
-      saturated += absBits(v) >= overflow;
-      codes[b0 + i] = floatToElement(v, s);
-    }
+    saturated += blockCodesAnyLength<false>(x + b0, len, mxInverseScale(scaleCode), lane, codes + b0);
   }
   return saturated;
 }
 
 void decodeMxBlock(const uint8_t* codes, size_t n, ElementFormat fmt, uint8_t scaleCode, float* out, bool accumulate) {
-  const ElementSpec s = elementSpec(fmt);
-  const float scale = e8m0ToFloat(scaleCode);
-  // Each code's value once: a 256-entry (at most) table beats the bit manipulation per element.
-  float table[256];
-  const int codesInFormat = 1 << s.bits;
-  for (int c = 0; c < codesInFormat; ++c) table[c] = mulRn(elementToFloat(static_cast<uint8_t>(c), s, fmt), scale);
-  if (accumulate) {
-    for (size_t i = 0; i < n; ++i) out[i] += table[codes[i]];
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = table[codes[i]];
-  }
+  decodeScaled(codes, n, tableOf(fmt).value, e8m0ToFloat(scaleCode), out, accumulate);
 }
 
 uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes) {
-  const ElementSpec s = elementSpec(ElementFormat::E2M1);
-  const uint32_t overflow = elementOverflowBits(s);
+  const ElementLane lane(elementSpec(ElementFormat::E2M1));
   uint64_t saturated = 0;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
@@ -63,25 +126,14 @@ uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, 
       std::fill(codes + b0, codes + b0 + len, uint8_t{0});
       continue;
     }
-    for (size_t i = 0; i < len; ++i) {
-      const float v = x[b0 + i] / factor;  // divided, not multiplied by a reciprocal: the reference's rounding
-      saturated += absBits(v) >= overflow;
-      codes[b0 + i] = floatToElement(v, s);
-    }
+    // Divided, not multiplied by a reciprocal: the definition's rounding.
+    saturated += blockCodesAnyLength<true>(x + b0, len, factor, lane, codes + b0);
   }
   return saturated;
 }
 
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate) {
-  const ElementSpec s = elementSpec(ElementFormat::E2M1);
-  const float factor = nvfp4BlockFactor(scaleCode, t);
-  float table[16];
-  for (int c = 0; c < 16; ++c) table[c] = mulRn(elementToFloat(static_cast<uint8_t>(c), s, ElementFormat::E2M1), factor);
-  if (accumulate) {
-    for (size_t i = 0; i < n; ++i) out[i] += table[codes[i]];
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = table[codes[i]];
-  }
+  decodeScaled(codes, n, tableOf(ElementFormat::E2M1).value, nvfp4BlockFactor(scaleCode, t), out, accumulate);
 }
 
 }  // namespace gradcomp::cpu

@@ -1,4 +1,4 @@
-// gradcomp._C.ErrorFeedback: the C++ policies (none, ef, ef21, dgc) with their state, keyed by tensor id
+// gradcomp._C.ErrorFeedback: the C++ policies (none, ef, ef21, ef21-sgdm, dgc) with their state, keyed by tensor id
 // as in C++. The state can be read and replaced per tensor (state / set_state), saved and loaded in the
 // C++ checkpoint format (save / load), and pickled (so torch.save of a hook state carries it).
 // One mutex per object: the DDP hook calls it from its worker thread with the GIL released, and a
@@ -96,7 +96,7 @@ void bindErrorFeedback(nb::module_& m) {
               "the state was reset (non-finite or over the limit) before this step");
 
   nb::class_<PyErrorFeedback>(m, "ErrorFeedback",
-                              "An error-feedback policy: none, ef, ef21, dgc:momentum=..,clip=..,warmup=.. "
+                              "An error-feedback policy: none, ef, ef21, ef21-sgdm:eta=.., dgc:momentum=..,clip=..,warmup=.. "
                               "(each also nonfinite=error|skip, shape=error|reset, limit=..).")
       .def(nb::init<const std::string&>(), "spec"_a)
       .def_prop_ro("name", [](PyErrorFeedback& s) { return s.policy().name(); })

@@ -91,6 +91,51 @@ TEST_P(PolicyWithCodec, Ef21EstimateMovesByExactlyTheDecodedMessage) {
   }
 }
 
+TEST_P(PolicyWithCodec, Ef21SgdmRunsEf21OnTheMomentumEstimator) {
+  auto c = makeCompressor(GetParam());
+  auto ef = ErrorFeedback::make("ef21-sgdm:eta=0.25");
+  ASSERT_EQ(ef->numBuffers(), 3);
+  const size_t n = 2048;
+  EncodeContext ctx;
+  std::vector<float> h(n, 0.0f), v(n, 0.0f), shared(n, 0.0f);
+  for (uint32_t step = 0; step < 4; ++step) {
+    ctx.step = step;
+    const auto g = normalVector(n, 70 + step);
+    for (size_t i = 0; i < n; ++i) v[i] = 0.75f * v[i] + 0.25f * g[i];  // the fp32 recurrence, exactly
+    const Step s = runStep(*ef, *c, g, ctx);
+    const auto vState = ef->stateBuffer(0, 2);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(vState[i], v[i]) << "step " << step << " i " << i;
+    // The message encodes v - h (not g - h): re-encoding v - h directly gives the same bytes.
+    std::vector<float> diff(n);
+    for (size_t i = 0; i < n; ++i) diff[i] = v[i] - h[i];
+    EXPECT_EQ(s.wire, testing::encodeToVector(*c, diff, ctx)) << "step " << step;
+    const auto d = testing::decodeToVector(*c, s.wire, n);
+    const auto negH = ef->stateBuffer(0, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const double expect = double(h[i]) + d[i];
+      ASSERT_LE(std::fabs(-negH[i] - expect), std::max(1.0, std::fabs(expect)) * 5e-7) << i;
+      h[i] = -negH[i];
+    }
+    std::vector<float> reduced = d;
+    ef->finish(0, reduced);
+    for (size_t i = 0; i < n; ++i) {
+      shared[i] += d[i];
+      ASSERT_EQ(reduced[i], shared[i]) << "the optimizer sees H";
+    }
+  }
+  // Its state saves and loads bitwise, momentum included.
+  std::stringstream saved;
+  ef->save(saved);
+  auto loaded = ErrorFeedback::make("ef21-sgdm:eta=0.25");
+  loaded->load(saved);
+  for (int b = 0; b < 3; ++b) {
+    const auto x = ef->stateBuffer(0, b), y = loaded->stateBuffer(0, b);
+    ASSERT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << "buffer " << b;
+  }
+  EXPECT_THROW(ErrorFeedback::make("ef21-sgdm:eta=0"), InvalidArgument);
+  EXPECT_THROW(ErrorFeedback::make("ef21-sgdm:eta=1.5"), InvalidArgument);
+}
+
 TEST_P(PolicyWithCodec, DgcVelocityInvariantAndFactorMasking) {
   auto c = makeCompressor(GetParam());
   auto ef = ErrorFeedback::make("dgc:momentum=0.9");
