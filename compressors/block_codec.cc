@@ -18,6 +18,9 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/cpu/cast_kernels.h"
+#include "kernels/cpu/hadamard_rotation.h"
+#include "kernels/cpu/microscaling_kernels.h"
+#include "kernels/scalar/element_formats.h"
 #include "kernels/scalar/host_device.h"
 
 namespace gradcomp {
@@ -76,7 +79,77 @@ void zeroPadding(const BlockCodec::Sections& sec, std::byte* payload) {
   }
 }
 
+// Rotation (rotate=hadamard) on the wire: flag bit 31 and log2 of the rotation block in bits 24..28 of
+// the header's flags (the codec's own flags keep the low bits), and a 32-byte section before the codec's
+// payload: [seed u64][step u32][tensor u32][k i32][12 zero bytes]. The decoder needs nothing else: it
+// decodes, rotates back with D keyed by (seed, step, tensor) and multiplies by 2^k, the power of two the
+// encoder divided by to keep the butterflies' sums below FLT_MAX.
+constexpr uint32_t kRotatedFlag = 1u << 31;
+constexpr int kRotationLog2Shift = 24;
+constexpr uint32_t kRotationLog2Mask = 0x1fu << kRotationLog2Shift;
+constexpr uint64_t kRotationSectionBytes = 32;
+constexpr uint32_t kMaxRotationLog2 = 13;  // 8192 elements: the CUDA twin's block fits in shared memory
+constexpr int kMaxRotationExponent = 127;
+
+bool isRotated(const WireHeader& h) { return (h.flags & kRotatedFlag) != 0; }
+
+// The header the codec itself sees: the rotation bits stripped.
+WireHeader innerHeader(const WireHeader& h) {
+  WireHeader c = h;
+  c.flags &= ~(kRotatedFlag | kRotationLog2Mask);
+  return c;
+}
+
+uint64_t rotationBytes(const WireHeader& h) { return isRotated(h) ? kRotationSectionBytes : 0; }
+
+struct RotationSection {
+  scalar::RotationKey key;
+  int32_t exponent = 0;
+};
+
+void writeRotationSection(const RotationSection& r, std::byte* payload) {
+  std::memset(payload, 0, kRotationSectionBytes);
+  std::memcpy(payload, &r.key.seed, 8);
+  std::memcpy(payload + 8, &r.key.step, 4);
+  std::memcpy(payload + 12, &r.key.tensor, 4);
+  std::memcpy(payload + 16, &r.exponent, 4);
+}
+
+RotationSection readRotationSection(const std::byte* payload, const char* codec) {
+  RotationSection r;
+  std::memcpy(&r.key.seed, payload, 8);
+  std::memcpy(&r.key.step, payload + 8, 4);
+  std::memcpy(&r.key.tensor, payload + 12, 4);
+  std::memcpy(&r.exponent, payload + 16, 4);
+  GRADCOMP_CHECK(r.exponent >= 0 && r.exponent <= kMaxRotationExponent, DecodeError, codec,
+                 ": rotation scale exponent ", r.exponent, " is outside [0, ", kMaxRotationExponent, "]");
+  for (uint64_t i = 20; i < kRotationSectionBytes; ++i)
+    GRADCOMP_CHECK(payload[i] == std::byte{0}, DecodeError, codec, ": rotation section byte ", i,
+                   " must be zero (reserved)");
+  return r;
+}
+
+// 2^e for e in [-127, 127] as a float (2^-127 is subnormal but exact).
+float powerOfTwo(int e) {
+  return e >= -126 ? scalar::bitsToFloat(static_cast<uint32_t>(127 + e) << 23) : scalar::bitsToFloat(0x00400000u);
+}
+
 }  // namespace
+
+BlockCodec::BlockCodec(const CodecSpec& spec, uint32_t blockSize, Rotation rotation)
+    : Compressor(spec), blockSize_(blockSize) {
+  if (rotation == Rotation::Unsupported) return;
+  // Read only when given, so the canonical spec of an unrotated codec stays what it was ("int8" ->
+  // "int8:block=256,rounding=nearest"), as ranks and stored runs compare it.
+  if (!spec.has("rotate") || spec.getChoice("rotate", "none", {"none", "hadamard"}) != "hadamard") {
+    GRADCOMP_CHECK_ARG(!spec.has("rblock"), spec.name(), ": rblock= needs rotate=hadamard");
+    return;
+  }
+  const uint64_t rb = spec.getUInt("rblock", 256, 2, uint64_t{1} << kMaxRotationLog2);
+  GRADCOMP_CHECK_ARG((rb & (rb - 1)) == 0, spec.name(), ": rblock=", rb,
+                     " must be a power of two (the Walsh-Hadamard transform's block)");
+  while ((uint64_t{1} << rotationLog2_) < rb) ++rotationLog2_;
+}
 
 float* scratchUniforms(uint64_t n) {
   thread_local std::vector<float> buffer;
@@ -161,6 +234,10 @@ WireHeader BlockCodec::headerFor(uint64_t n, uint32_t param) const {
   h.param = param;
   h.numElements = n;
   h.payloadBytes = sections(h).total;
+  if (rotationLog2_) {
+    h.flags |= kRotatedFlag | (rotationLog2_ << kRotationLog2Shift);
+    h.payloadBytes += kRotationSectionBytes;
+  }
   return h;
 }
 
@@ -170,6 +247,7 @@ size_t BlockCodec::maxEncodedBytes(size_t numElements) const {
 
 EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                                     const ExecContext& exec) const {
+  if (rotationLog2_) return encodeRotated(in, {}, {}, wire, ctx, exec);
   const WireHeader h = headerFor(in.size(), paramFor(in.data(), nullptr, in.size(), exec));
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
@@ -200,6 +278,7 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
 EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std::span<const float> residualIn,
                                                 std::span<float> residualOut, std::span<std::byte> wire,
                                                 const EncodeContext& ctx, const ExecContext& exec) const {
+  if (rotationLog2_) return encodeRotated(grad, residualIn, residualOut, wire, ctx, exec);
   const WireHeader h = headerFor(grad.size(), paramFor(grad.data(), residualIn.data(), grad.size(), exec));
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
@@ -249,15 +328,24 @@ void BlockCodec::checkHeader(const WireHeader& h) const {
                    h.blockSize, " is outside [1, 2^24]");
   }
   GRADCOMP_CHECK(h.count == 0, DecodeError, name(), ": header count must be 0, got ", h.count);
-  validateFlags(h.flags);
-  validateParam(h.param);
-  const uint64_t expected = sections(h).total;
+  const uint32_t rotationLog2 = (h.flags & kRotationLog2Mask) >> kRotationLog2Shift;
+  if (isRotated(h)) {
+    GRADCOMP_CHECK(rotationLog2 >= 1 && rotationLog2 <= kMaxRotationLog2, DecodeError, name(),
+                   ": rotation block 2^", rotationLog2, " is outside [2, 2^", kMaxRotationLog2, "]");
+  } else {
+    GRADCOMP_CHECK(rotationLog2 == 0, DecodeError, name(), ": rotation block bits set without the rotation flag");
+  }
+  const WireHeader inner = innerHeader(h);
+  validateFlags(inner.flags);
+  validateParam(inner.param);
+  const uint64_t expected = sections(inner).total + rotationBytes(h);
   GRADCOMP_CHECK(h.payloadBytes == expected, DecodeError, name(), ": header announces ", h.payloadBytes,
                  " payload bytes, ", h.numElements, " elements with block size ", h.blockSize, " need ", expected);
 }
 
 void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                             const ExecContext& exec) const {
+  if (isRotated(h)) return decodeRotated(h, payload, out, mode, exec);
   validatePayload(h, payload);
   const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
   const bool accumulate = mode == DecodeMode::Accumulate;
@@ -272,6 +360,8 @@ void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::
 EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
                                         std::span<float> residualOut, std::span<std::byte> wire,
                                         const EncodeContext& ctx, const ExecContext& exec) const {
+  GRADCOMP_CHECK(rotationLog2_ == 0, BackendUnavailable, name(),
+                 ": rotate=hadamard runs on host buffers only (the rotation has no CUDA kernel yet)");
   const WireHeader h =
       headerFor(grad.size(), paramFor(grad.data(), residualIn.empty() ? nullptr : residualIn.data(), grad.size(), exec));
   return cudapath::encodeBlock(h, sections(h), cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire), ctx,
@@ -280,6 +370,8 @@ EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<c
 
 void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                                 const ExecContext& exec) const {
+  GRADCOMP_CHECK(!isRotated(h), BackendUnavailable, name(),
+                 ": a rotated wire (rotate=hadamard) decodes on host buffers only (the rotation has no CUDA kernel yet)");
   const Sections sec = sections(h);
   if (cudapath::blockPayloadHasInvalid(h, sec, payload, scaleRule(h), exec,
                                        [this](const DeviceCheck& d) { launchCheckOnDevice(d); })) {
@@ -290,6 +382,88 @@ void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, s
   }
   cudapath::decodeBlock(h, sec, payload, out.data(), mode == DecodeMode::Accumulate, exec,
                         [this](const DeviceDecode& d) { launchDecodeOnDevice(d); });
+}
+
+// ---------------------------------------------------------------- Rotation
+//
+// encode: c = g (+ e), checked finite in the caller's coordinates; y = H D (c / 2^k) / sqrt(b); the codec's
+// tiles encode y. With a residual, the codec's fused step gives r_y = y - decoded(y) in the rotated
+// domain, and the residual is rotated back: e' = 2^k D H r_y / sqrt(b) = c - decode(wire) up to the
+// rounding of the two rotations. So error feedback stays in the original domain, where the next step's
+// gradient (rotated by another step's D) is added to it.
+EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<const float> residualIn,
+                                       std::span<float> residualOut, std::span<std::byte> wire,
+                                       const EncodeContext& ctx, const ExecContext& exec) const {
+  const uint64_t n = grad.size();
+  const uint64_t rb = uint64_t{1} << rotationLog2_;
+  std::vector<float> y(grad.begin(), grad.end());
+  if (!residualIn.empty())
+    for (uint64_t i = 0; i < n; ++i) y[i] += residualIn[i];
+  EncodeResult r;
+  r.nonFiniteIndex = firstNonFinite(y);
+  if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
+  // Keep |y| below 2^101: a block's sums then stay below 2^114, far from FLT_MAX.
+  const float amax = cpu::absMax(y.data(), n);
+  const int k = amax >= 0x1p100f ? scalar::floorLog2(amax) - 99 : 0;
+  const RotationSection section{{ctx.seed, ctx.step, ctx.tensorId}, k};
+  cpu::rotateForward(y.data(), y.data(), n, rb, section.key, powerOfTwo(-k));
+
+  const WireHeader h = headerFor(n, paramFor(y.data(), nullptr, n, exec));
+  writeHeader(h, wire);
+  std::byte* payload = wire.data() + kWireHeaderBytes;
+  writeRotationSection(section, payload);
+  std::byte* codecPayload = payload + kRotationSectionBytes;
+  const WireHeader inner = innerHeader(h);
+  zeroPadding(sections(inner), codecPayload);
+  const bool withResidual = !residualIn.empty();
+  std::vector<float> rotatedResidual(withResidual ? n : 0);
+  const uint64_t tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0);
+  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
+    std::vector<float> decoded(withResidual ? tile : 0);
+    for (uint64_t t = t0; t < t1; ++t) {
+      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
+      if (withResidual)
+        encodeTileResidual(inner, y.data() + begin, begin, count, codecPayload, ctx, saturated[thread],
+                           rotatedResidual.data() + begin, decoded.data());
+      else
+        encodeTile(inner, y.data() + begin, begin, count, codecPayload, ctx, saturated[thread], false);
+    }
+  });
+  if (withResidual)
+    cpu::rotateInverse(rotatedResidual.data(), residualOut.data(), n, rb, section.key, powerOfTwo(k));
+  r.wireBytes = kWireHeaderBytes + h.payloadBytes;
+  r.saturated = std::accumulate(saturated.begin(), saturated.end(), uint64_t{0});
+  return r;
+}
+
+// decode: the codec's payload checks, its tiles into a scratch vector, the inverse rotation, and a check
+// that every value is finite before anything is written to `out` (a forged exponent or a sum of
+// maximal codes could overflow in the rotation).
+void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                               const ExecContext& exec) const {
+  const RotationSection section = readRotationSection(payload, name());
+  const WireHeader inner = innerHeader(h);
+  const std::byte* codecPayload = payload + kRotationSectionBytes;
+  validatePayload(inner, codecPayload);
+  const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  std::vector<float> y(n);
+  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
+    for (uint64_t t = t0; t < t1; ++t) {
+      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
+      decodeTile(inner, codecPayload, begin, count, y.data() + begin, false);
+    }
+  });
+  const uint64_t rb = uint64_t{1} << ((h.flags & kRotationLog2Mask) >> kRotationLog2Shift);
+  cpu::rotateInverse(y.data(), y.data(), n, rb, section.key, powerOfTwo(section.exponent));
+  const uint64_t bad = firstNonFinite(y);
+  GRADCOMP_CHECK(bad == EncodeResult::kNoIndex, DecodeError, name(), ": the rotated payload decodes to a non-finite ",
+                 "value at element ", bad, " (rotation scale 2^", section.exponent, ")");
+  if (mode == DecodeMode::Accumulate) {
+    for (uint64_t i = 0; i < n; ++i) out[i] += y[i];
+  } else {
+    std::copy(y.begin(), y.end(), out.begin());
+  }
 }
 
 uint64_t BlockCodec::DeviceCheck::blocks() const { return h.blockSize ? ceilDiv(h.numElements, uint64_t{h.blockSize}) : 0; }

@@ -12,6 +12,10 @@
 
 namespace gradcomp {
 
+// Whether a codec takes the keyed randomized Hadamard rotation (rotate=hadamard,rblock=256): the
+// quantizing codecs whose error it spreads (int8, int4, fp8, the MX formats, nvfp4, sign, qsgd).
+enum class Rotation { Unsupported, Supported };
+
 class BlockCodec : public Compressor {
  public:
   // Offsets from the payload start and used bytes before padding; the base class zeroes the padding.
@@ -63,7 +67,8 @@ class BlockCodec : public Compressor {
   };
 
  protected:
-  BlockCodec(CodecSpec spec, uint32_t blockSize) : Compressor(std::move(spec)), blockSize_(blockSize) {}
+  // `spec` is the caller's (the registry checks afterwards that every parameter was read from it).
+  BlockCodec(const CodecSpec& spec, uint32_t blockSize, Rotation rotation = Rotation::Unsupported);
 
   uint32_t blockSize() const { return blockSize_; }
 
@@ -127,8 +132,15 @@ class BlockCodec : public Compressor {
  private:
   uint64_t tileElements(uint32_t blockSize) const;
   WireHeader headerFor(uint64_t n, uint32_t param) const;
+  // rotate=hadamard: the encode and decode around the codec's own (block_codec.cc, "Rotation").
+  EncodeResult encodeRotated(std::span<const float> grad, std::span<const float> residualIn,
+                             std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
+                             const ExecContext& exec) const;
+  void decodeRotated(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                     const ExecContext& exec) const;
 
-  uint32_t blockSize_;  // 0 for codecs without blocks (casts)
+  uint32_t blockSize_;        // 0 for codecs without blocks (casts)
+  uint32_t rotationLog2_ = 0;  // log2 of the rotation block; 0: no rotation
 };
 
 // Calls fn(blockIndex, offsetInTile, length) for the blocks of a tile (tiles start on block boundaries).

@@ -17,7 +17,8 @@ constexpr uint32_t kFlavourOcp = 0;
 
 class Fp8Codec final : public BlockCodec {
  public:
-  Fp8Codec(const CodecSpec& spec, scalar::Fp8Format fmt) : BlockCodec(spec, blockSizeParam(spec, 128)), fmt_(fmt) {}
+  Fp8Codec(const CodecSpec& spec, scalar::Fp8Format fmt)
+      : BlockCodec(spec, blockSizeParam(spec, 128), Rotation::Supported), fmt_(fmt) {}
   CodecId id() const override { return fmt_ == scalar::Fp8Format::E4M3 ? CodecId::Fp8E4M3 : CodecId::Fp8E5M2; }
   CompressorTraits traits() const override { return {}; }
 

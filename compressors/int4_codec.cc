@@ -23,7 +23,7 @@ constexpr int kInt4Max = 7;
 class Int4Codec final : public BlockCodec {
  public:
   explicit Int4Codec(const CodecSpec& spec)
-      : BlockCodec(spec, blockSizeParam(spec, 64)),
+      : BlockCodec(spec, blockSizeParam(spec, 64), Rotation::Supported),
         stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
   CodecId id() const override { return CodecId::Int4; }
   CompressorTraits traits() const override {

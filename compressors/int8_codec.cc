@@ -18,7 +18,7 @@ constexpr uint32_t kFlagStochastic = 1;
 class Int8Codec final : public BlockCodec {
  public:
   explicit Int8Codec(const CodecSpec& spec)
-      : BlockCodec(spec, blockSizeParam(spec, 256)),
+      : BlockCodec(spec, blockSizeParam(spec, 256), Rotation::Supported),
         stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
   CodecId id() const override { return CodecId::Int8; }
   CompressorTraits traits() const override {

@@ -21,7 +21,7 @@ namespace {
 class QsgdCodec final : public BlockCodec {
  public:
   explicit QsgdCodec(const CodecSpec& spec)
-      : BlockCodec(spec, blockSizeParam(spec, 512)), bits_(static_cast<int>(spec.getUInt("bits", 4, 2, 8))) {}
+      : BlockCodec(spec, blockSizeParam(spec, 512), Rotation::Supported), bits_(static_cast<int>(spec.getUInt("bits", 4, 2, 8))) {}
   CodecId id() const override { return CodecId::Qsgd; }
   CompressorTraits traits() const override {
     CompressorTraits t;

@@ -50,7 +50,7 @@ uint32_t chooseFormat(const CodecSpec& spec, const MxFamily& family) {
 class MxCodec final : public BlockCodec {
  public:
   MxCodec(const CodecSpec& spec, const MxFamily& family)
-      : BlockCodec(spec, blockSizeParam(spec, kMxBlock)), family_(family), flags_(chooseFormat(spec, family)) {}
+      : BlockCodec(spec, blockSizeParam(spec, kMxBlock), Rotation::Supported), family_(family), flags_(chooseFormat(spec, family)) {}
   CodecId id() const override { return family_.id; }
   CompressorTraits traits() const override { return {}; }
 

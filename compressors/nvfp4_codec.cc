@@ -29,7 +29,7 @@ constexpr uint32_t kNvfp4Block = 16;
 
 class Nvfp4Codec final : public BlockCodec {
  public:
-  explicit Nvfp4Codec(const CodecSpec& spec) : BlockCodec(spec, kNvfp4Block) {}
+  explicit Nvfp4Codec(const CodecSpec& spec) : BlockCodec(spec, kNvfp4Block, Rotation::Supported) {}
   CodecId id() const override { return CodecId::NvFp4; }
   CompressorTraits traits() const override { return {}; }
 

@@ -17,7 +17,7 @@ namespace {
 
 class SignCodec final : public BlockCodec {
  public:
-  explicit SignCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 1024)) {}
+  explicit SignCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 1024), Rotation::Supported) {}
   CodecId id() const override { return CodecId::Sign; }
   CompressorTraits traits() const override { return {}; }
 

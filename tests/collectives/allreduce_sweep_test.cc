@@ -47,6 +47,7 @@ const Case kCases[] = {
     {"ring", "nvfp4", "ef", false},
     {"ring", "int4:rounding=stochastic", "none", false},
     {"tree", "int4", "ef", false},
+    {"ring", "int4:rotate=hadamard", "ef", false},
     {"tree", "int8", "none", false},
     {"allgather", "topk:ratio=0.1", "ef", false},
     {"allgather", "threshold:ratio=0.1", "none", false},

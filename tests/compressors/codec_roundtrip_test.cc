@@ -8,6 +8,7 @@
 
 #include "compressors/registry.h"
 #include "core/error.h"
+#include "kernels/cpu/hadamard_rotation.h"
 #include "kernels/scalar/float_formats.h"
 #include "tests/compressors/codec_test_util.h"
 
@@ -96,6 +97,14 @@ TEST_P(CodecInvariants, FusedResidualEqualsEncodeOfSumMinusDecode) {
   const EncodeResult r = codec->encodeWithResidual(x, e, eOut, buf.span(cap), ctx);
   const auto got = buf.span(r.wireBytes);
   EXPECT_EQ(std::vector<std::byte>(got.begin(), got.end()), expectWire);
+  if (testing::isRotated(std::get<0>(GetParam()))) {
+    // The residual is rotated back from the rotated domain: equal to c - decoded up to the rounding of the
+    // two transforms (a few ulps of the block's largest magnitude per butterfly stage).
+    double scale = 0;
+    for (size_t i = 0; i < n; ++i) scale = std::max({scale, std::fabs(double(c[i])), std::fabs(double(decoded[i]))});
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(eOut[i], c[i] - decoded[i], scale * 2e-6) << i;
+    return;
+  }
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(eOut[i], c[i] - decoded[i]) << i;
 }
 
@@ -140,7 +149,44 @@ TEST_P(CodecInvariants, StochasticCodecsDrawPerRankStreams) {
 }
 
 // Each codec's own bound on |decode(encode(x)) - x|.
+// rotate=hadamard: the wire is the header (with the rotation bits), the 32-byte rotation section and,
+// byte for byte, the unrotated codec's payload of y = H D x / sqrt(b); and the round-trip error equals the
+// unrotated codec's error on y in L2 norm (the rotation is orthonormal). So every element-wise bound below
+// holds for the rotated codecs in the rotated domain.
+TEST_P(CodecInvariants, RotationIsTheCodecInAnOrthonormalBasis) {
+  const std::string spec = std::get<0>(GetParam());
+  if (!testing::isRotated(spec)) return;
+  // The same spec without rotate= and rblock=.
+  const size_t colon = spec.find(':');
+  std::string plainSpec = spec.substr(0, colon), params;
+  size_t rblock = 256;
+  for (size_t at = colon + 1; at < spec.size();) {
+    const size_t end = std::min(spec.find(',', at), spec.size());
+    const std::string kv = spec.substr(at, end - at);
+    if (kv.rfind("rblock=", 0) == 0) rblock = std::stoul(kv.substr(7));
+    else if (kv.rfind("rotate=", 0) != 0) params += (params.empty() ? "" : ",") + kv;
+    at = end + 1;
+  }
+  if (!params.empty()) plainSpec += ":" + params;
+  const auto plain = makeCompressor(plainSpec);
+  ASSERT_EQ(plain->name(), codec->name()) << plainSpec;
+  std::vector<float> y(n);
+  cpu::rotateForward(x.data(), y.data(), n, rblock, {ctx.seed, ctx.step, ctx.tensorId}, 1.0f);
+  const auto wire = encodeToVector(*codec, x, ctx);
+  const auto plainWire = encodeToVector(*plain, y, ctx);
+  ASSERT_EQ(wire.size(), plainWire.size() + 32);
+  EXPECT_TRUE(std::equal(wire.begin() + 48 + 32, wire.end(), plainWire.begin() + 48));
+  const auto d = decodeToVector(*codec, wire, n), dy = decodeToVector(*plain, plainWire, n);
+  double errX = 0, errY = 0;
+  for (size_t i = 0; i < n; ++i) {
+    errX += double(d[i] - x[i]) * (d[i] - x[i]);
+    errY += double(dy[i] - y[i]) * (dy[i] - y[i]);
+  }
+  EXPECT_NEAR(std::sqrt(errX), std::sqrt(errY), 1e-5 * std::sqrt(errY) + 1e-6);
+}
+
 TEST_P(CodecInvariants, RoundTripWithinTheCodecBound) {
+  if (testing::isRotated(std::get<0>(GetParam()))) return;  // in the rotated domain: the test above
   const auto wire = encodeToVector(*codec, x, ctx);
   const auto d = decodeToVector(*codec, wire, n);
   const std::string name = codec->name();

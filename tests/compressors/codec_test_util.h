@@ -26,7 +26,13 @@ inline const std::vector<std::string> kCodecConfigurations = {
     "threshold:ratio=0.05", "sign",   "sign:block=9",        "onebit",        "onebit:block=13",
     "mxfp8",         "mxfp8:elem=e5m2", "mxfp6",              "mxfp6:elem=e3m2", "mxfp4",
     "mxfp4:block=24", "nvfp4",         "int4",                "int4:rounding=stochastic,block=20",
+    "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64", "mxfp4:rotate=hadamard,rblock=1024",
+    "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32", "qsgd:bits=2,rotate=hadamard",
+    "fp8-e4m3:rotate=hadamard,rblock=128",
 };
+
+// Configurations with the keyed Hadamard rotation: their error bounds hold in the rotated domain.
+inline bool isRotated(const std::string& spec) { return spec.find("rotate=hadamard") != std::string::npos; }
 
 // A 16-byte aligned byte buffer (the encode contract) pre-filled with a pattern, so tests notice
 // output that depends on what the buffer held before.

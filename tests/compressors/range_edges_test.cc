@@ -74,7 +74,8 @@ TEST_P(RangeEdges, FiniteInputGivesAWireThatDecodesToFiniteValues) {
       ASSERT_TRUE(std::isfinite(d[i])) << "element " << i << " of " << input.x[i] << " decoded to " << d[i];
       // Exact zeros stay exact zeros wherever the codec is not sign-like (sign / onebit send +-scale).
       const std::string name = codec->name();
-      if (input.x[i] == 0.0f && name != "sign" && name != "onebit") {
+      // (A rotation mixes every block's values, so its zeros are not exact either.)
+      if (input.x[i] == 0.0f && name != "sign" && name != "onebit" && !testing::isRotated(GetParam())) {
         ASSERT_EQ(d[i], 0.0f) << i;
       }
     }

@@ -231,6 +231,33 @@ TEST(PayloadValidation, MicroscalingScalesThatOverflowOrAreNaN) {
   expectRejected(*i4, wi, x.size(), "block 0 carries an invalid scale");
 }
 
+// rotate=hadamard: the rotation bits of the flags and the rotation section are checked like every field.
+TEST(PayloadValidation, RotationFieldsAreValidated) {
+  const std::vector<float> x = normalVector(64, 8);
+  auto c = makeCompressor("int4:rotate=hadamard,rblock=32");
+  const auto good = encodeToVector(*c, x);
+  auto w = good;
+  rewrite(w, [](WireHeader& h) { h.flags = (h.flags & ~(0x1fu << 24)) | (14u << 24); });
+  expectRejected(*c, w, x.size(), "rotation block 2^14");
+  w = good;
+  rewrite(w, [](WireHeader& h) { h.flags &= ~(1u << 31); });
+  expectRejected(*c, w, x.size(), "rotation block bits set without the rotation flag");
+  w = good;
+  poke(w, kWireHeaderBytes + 16, int32_t{128});
+  expectRejected(*c, w, x.size(), "rotation scale exponent 128");
+  w = good;
+  w[kWireHeaderBytes + 25] = std::byte{1};
+  expectRejected(*c, w, x.size(), "rotation section byte 25 must be zero");
+  // A decoder without rotation reads a rotated wire (the wire says everything), and vice versa.
+  auto plain = makeCompressor("int4");
+  EXPECT_EQ(testing::decodeToVector(*plain, good, x.size()), testing::decodeToVector(*c, good, x.size()));
+  // rotate= is refused where it does not apply, and rblock= must be a power of two.
+  EXPECT_THROW(makeCompressor("fp16:rotate=hadamard"), InvalidArgument);
+  EXPECT_THROW(makeCompressor("int8:rotate=hadamard,rblock=48"), InvalidArgument);
+  EXPECT_THROW(makeCompressor("int8:rblock=64"), InvalidArgument);
+  EXPECT_THROW(makeCompressor("int8:rotate=hadamard,rblock=16384"), InvalidArgument);
+}
+
 TEST(PayloadValidation, Fp8FlavourMismatchNamesBoth) {
   auto c = makeCompressor("fp8-e4m3");
   auto w = encodeToVector(*c, normalVector(8, 8));

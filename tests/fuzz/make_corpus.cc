@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
                                           "topk:k=4", "topk:k=3,values=fp16", "randomk:k=5", "randomk:k=2,values=fp16,unbiased=true",
                                           "threshold:k=3", "sign:block=5", "onebit:block=9", "mxfp8",
                                           "mxfp8:elem=e5m2", "mxfp6:block=8", "mxfp6:elem=e3m2", "mxfp4:block=8",
-                                          "nvfp4", "int4:block=6", "int4:rounding=stochastic"};
+                                          "nvfp4", "int4:block=6", "int4:rounding=stochastic",
+                                          "int4:rotate=hadamard,rblock=8", "mxfp4:rotate=hadamard,rblock=16"};
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
   int files = 0;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   for (const char* spec : {"int8:block=5", "fp8-e4m3:block=8", "fp8-e5m2", "qsgd:bits=8,block=4", "qsgd:bits=4",
                            "terngrad:block=6", "randomk:k=3,unbiased=true", "sign:block=5", "onebit:block=9",
                            "mxfp8:block=8", "mxfp8:elem=e5m2,block=8", "mxfp6:block=8", "mxfp6:elem=e3m2,block=8",
-                           "mxfp4:block=8", "nvfp4", "int4:block=5"}) {
+                           "mxfp4:block=8", "nvfp4", "int4:block=5", "int8:rotate=hadamard,rblock=4"}) {
     auto c = makeCompressor(spec);
     write(argv[1], std::string(spec) + "_extremes", encode(*c, extremes));
     write(argv[1], std::string(spec) + "_tiny", encode(*c, tiny));

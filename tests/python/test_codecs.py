@@ -17,7 +17,9 @@ CONFIGURATIONS = [
     "topk:ratio=0.1,values=fp16", "randomk:ratio=0.05", "randomk:k=3,values=fp16,unbiased=true",
     "randomk:ratio=0.25,unbiased=true", "threshold:ratio=0.05", "sign", "sign:block=9", "onebit",
     "onebit:block=13", "mxfp8", "mxfp8:elem=e5m2", "mxfp6", "mxfp6:elem=e3m2", "mxfp4", "mxfp4:block=24", "nvfp4",
-    "int4", "int4:rounding=stochastic,block=20",
+    "int4", "int4:rounding=stochastic,block=20", "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64",
+    "mxfp4:rotate=hadamard,rblock=1024", "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32",
+    "qsgd:bits=2,rotate=hadamard", "fp8-e4m3:rotate=hadamard,rblock=128",
 ]
 
 

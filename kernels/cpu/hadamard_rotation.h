@@ -1,0 +1,20 @@
+// The CPU side of the keyed randomized Hadamard rotation (kernels/scalar/hadamard_rotation.h):
+// forward y = H D x / sqrt(b) and inverse x = D H y / sqrt(b), blockwise over a whole tensor, O(n log b).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/scalar/hadamard_rotation.h"
+
+namespace gradcomp::cpu {
+
+// y may alias x. `prescale` multiplies every input first (the codec's power of two that keeps the
+// butterflies' sums below FLT_MAX).
+void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const scalar::RotationKey& key,
+                   float prescale);
+// x = D H y / sqrt(b) x postscale, saturated to +-FLT_MAX where that product overflows; x may alias y.
+void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const scalar::RotationKey& key,
+                   float postscale);
+
+}  // namespace gradcomp::cpu

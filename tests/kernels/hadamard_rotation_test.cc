@@ -1,0 +1,104 @@
+// The keyed randomized Hadamard rotation (kernels/scalar/hadamard_rotation.h, kernels/cpu/hadamard_rotation.h):
+// it is H D / sqrt(b) by the definition of H, orthonormal, inverted by rotateInverse, linear (so it
+// commutes with summation across ranks), keyed by (seed, step, tensor) and not by rank, and it covers a
+// tensor of any length with power-of-two blocks.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/hadamard_rotation.h"
+
+namespace gradcomp::cpu {
+namespace {
+
+std::vector<float> normal(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+double norm(const std::vector<float>& x) {
+  double s = 0;
+  for (float v : x) s += double(v) * v;
+  return std::sqrt(s);
+}
+
+TEST(HadamardRotation, IsHTimesDOverSqrtBByTheDefinition) {
+  const scalar::RotationKey key{7, 3, 2};
+  const size_t b = 16;
+  const auto x = normal(b, 1);
+  std::vector<float> y(b);
+  rotateForward(x.data(), y.data(), b, b, key, 1.0f);
+  const auto s = scalar::rotationStream(key);
+  for (size_t i = 0; i < b; ++i) {
+    double want = 0;
+    for (size_t j = 0; j < b; ++j) {
+      const double h = (std::popcount(i & j) & 1) ? -1.0 : 1.0;  // Sylvester: H_ij = (-1)^popcount(i & j)
+      const double d = scalar::rotationSignNegative(s, j) ? -1.0 : 1.0;
+      want += h * d * x[j];
+    }
+    EXPECT_NEAR(y[i], want / 4.0, 1e-6) << i;
+  }
+}
+
+TEST(HadamardRotation, OrthonormalInvertibleAndLinear) {
+  for (size_t n : {size_t{1}, size_t{7}, size_t{256}, size_t{1000}, size_t{4099}}) {
+    for (size_t b : {size_t{2}, size_t{32}, size_t{256}, size_t{8192}}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " b " << b);
+      const scalar::RotationKey key{11, 5, 9};
+      const auto x = normal(n, 2), z = normal(n, 3);
+      std::vector<float> y(n), back(n), sum(n), ySum(n), yz(n);
+      rotateForward(x.data(), y.data(), n, b, key, 1.0f);
+      EXPECT_NEAR(norm(y), norm(x), 1e-5 * norm(x));
+      rotateInverse(y.data(), back.data(), n, b, key, 1.0f);
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(back[i], x[i], 2e-6 * (1 + std::fabs(x[i]))) << i;
+      // R(x + z) = R x + R z: ranks may sum rotated vectors and rotate the sum back once.
+      for (size_t i = 0; i < n; ++i) sum[i] = x[i] + z[i];
+      rotateForward(sum.data(), ySum.data(), n, b, key, 1.0f);
+      rotateForward(z.data(), yz.data(), n, b, key, 1.0f);
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(ySum[i], y[i] + yz[i], 4e-6 * (1 + std::fabs(ySum[i]))) << i;
+    }
+  }
+}
+
+TEST(HadamardRotation, KeyedByStepAndTensorAndInPlaceSafe) {
+  const auto x = normal(512, 4);
+  std::vector<float> a(512), b(512), c(512), inPlace = x;
+  rotateForward(x.data(), a.data(), 512, 256, {1, 0, 0}, 1.0f);
+  rotateForward(x.data(), b.data(), 512, 256, {1, 1, 0}, 1.0f);
+  rotateForward(x.data(), c.data(), 512, 256, {1, 0, 1}, 1.0f);
+  rotateForward(inPlace.data(), inPlace.data(), 512, 256, {1, 0, 0}, 1.0f);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a, inPlace);
+}
+
+TEST(HadamardRotation, BlocksCoverAnyLengthWithPowersOfTwo) {
+  for (uint64_t n : {uint64_t{1}, uint64_t{9}, uint64_t{1000}, uint64_t{4096}, uint64_t{4097}}) {
+    uint64_t next = 0;
+    while (next < n) {
+      const scalar::RotationBlock blk = scalar::rotationBlockOf(next, n, 256);
+      ASSERT_EQ(blk.start, next);
+      ASSERT_TRUE(std::has_single_bit(blk.size) && blk.size <= 256 && blk.start + blk.size <= n);
+      for (uint64_t i = blk.start; i < blk.start + blk.size; ++i) ASSERT_EQ(scalar::rotationBlockOf(i, n, 256).start, blk.start);
+      next += blk.size;
+    }
+  }
+  EXPECT_EQ(scalar::rotationNorm(256), 0.0625f);
+  EXPECT_FLOAT_EQ(scalar::rotationNorm(128), 1.0f / std::sqrt(128.0f));
+}
+
+TEST(HadamardRotation, InverseSaturatesAtTheEdgeOfTheRangeInsteadOfOverflowing) {
+  std::vector<float> y = {1.0e38f, 0.5e38f};  // the butterflies stay finite, the postscale does not
+  rotateInverse(y.data(), y.data(), 2, 2, {0, 0, 0}, 4.0f);
+  EXPECT_EQ(std::fabs(y[0]), FLT_MAX);  // D may flip the sign: compare magnitudes
+  for (float v : y) EXPECT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace gradcomp::cpu
