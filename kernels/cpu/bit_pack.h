@@ -56,6 +56,23 @@ void withWidth(int bits, Fn&& fn) {
 // Packs n codes of `bits` (1..8) bits each starting at bit 0 of `out` (whole bytes written).
 // Groups of 8 codes fill exactly `bits` bytes: built in one 64-bit word, no per-bit loop.
 inline void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
+  if (bits == 4 || bits == 2) {
+    // Whole bytes of 2 or 4 codes: a plain loop the compiler vectorizes (the 64-bit group path does
+    // not), the same bytes as the general path.
+    const size_t per = static_cast<size_t>(8 / bits), whole = n / per;
+    if (bits == 4) {
+      for (size_t b = 0; b < whole; ++b) out[b] = static_cast<uint8_t>(codes[2 * b] | (codes[2 * b + 1] << 4));
+    } else {
+      for (size_t b = 0; b < whole; ++b)
+        out[b] = static_cast<uint8_t>(codes[4 * b] | (codes[4 * b + 1] << 2) | (codes[4 * b + 2] << 4) | (codes[4 * b + 3] << 6));
+    }
+    if (whole * per < n) {
+      uint32_t v = 0;
+      for (size_t j = 0; whole * per + j < n; ++j) v |= static_cast<uint32_t>(codes[whole * per + j]) << (j * static_cast<size_t>(bits));
+      out[whole] = static_cast<uint8_t>(v);
+    }
+    return;
+  }
   const size_t groups = n / 8;
   detail::withWidth(bits, [&](auto b) { detail::packGroups<decltype(b)::value>(codes, groups, out); });
   uint64_t acc = 0;
@@ -74,6 +91,23 @@ inline void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
 }
 
 inline void unpackBits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
+  if (bits == 4 || bits == 2) {
+    const size_t per = static_cast<size_t>(8 / bits);
+    const uint8_t m = static_cast<uint8_t>((1u << bits) - 1u);
+    const size_t whole = n / per;
+    if (bits == 4) {
+      for (size_t b = 0; b < whole; ++b) {
+        codes[2 * b] = static_cast<uint8_t>(in[b] & 0xfu);
+        codes[2 * b + 1] = static_cast<uint8_t>(in[b] >> 4);
+      }
+    } else {
+      for (size_t b = 0; b < whole; ++b)
+        for (size_t j = 0; j < 4; ++j) codes[4 * b + j] = static_cast<uint8_t>((in[b] >> (2 * j)) & 3u);
+    }
+    for (size_t i = whole * per; i < n; ++i)
+      codes[i] = static_cast<uint8_t>((in[i / per] >> ((i % per) * static_cast<size_t>(bits))) & m);
+    return;
+  }
   const size_t groups = n / 8;
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   detail::withWidth(bits, [&](auto b) { detail::unpackGroups<decltype(b)::value>(in, groups, codes); });

@@ -6,6 +6,13 @@
 #include <cmath>
 
 #if defined(__AVX2__)
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector to the masked builtins, which its own
+// -Wmaybe-uninitialized then reports inside avx512fintrin.h once inlined (GCC bug 105593, fixed in 13).
+// The warning's location is the header, so it is silenced for the header from here on; a third-party
+// header's warning must not break the -Werror build.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define GRADCOMP_HAVE_AVX2 1
 #endif
@@ -234,12 +241,15 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   const float scale = blockScale(blockAmax(x, n), top);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
-  if (!uniforms) {
-    // nearbyint == round to nearest even under the default rounding mode; clamp; pack with signed
-    // saturation (values are already within +-maxCode).
+  {
+    // nearbyint == round to nearest even under the default rounding mode; stochastic: floor(x s + u),
+    // the same two roundings as the scalar loop; clamp; pack with signed saturation (values are already
+    // within +-maxCode).
     const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
     for (; i0 + 8 <= n; i0 += 8) {
-      __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i0), vScale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i0), vScale);
+      __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i0)))
+                          : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
       const __m256i qi = _mm256_cvtps_epi32(q);
       const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
@@ -248,7 +258,7 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   }
 #endif
   if (uniforms) {
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = i0; i < n; ++i) {
       const float q = std::floor(x[i] * scale + uniforms[i]);
       codes[i] = static_cast<int8_t>(std::clamp(q, -top, top));
     }
@@ -332,36 +342,127 @@ inline void philox8(const RngStream& s, uint64_t block, __m256i out[4]) {
 }  // namespace
 #endif
 
+#if defined(__AVX512F__)
+namespace {
+
+inline void mulHiLo16(__m512i a, __m512i b, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, b);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);
+  lo = _mm512_mask_blend_epi32(0xaaaa, even, _mm512_slli_epi64(odd, 32));
+  hi = _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(even, 32), odd);
+}
+
+// philox8 on 16 lanes (counter blocks block .. block + 15), words stored in stream order: out[4L + w] is
+// word w of lane L.
+inline void philox16InOrder(const RngStream& s, uint64_t block, uint32_t out[64]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lo = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(block)), lane);
+  const __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, lane);
+  const __m512i hiWord = _mm512_set1_epi32(static_cast<int32_t>(block >> 32));
+  __m512i c0 = lo;
+  __m512i c1 = _mm512_mask_add_epi32(hiWord, wrapped, hiWord, _mm512_set1_epi32(1));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int32_t>(s.step));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int32_t>(s.tensor));
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int32_t>(0xD2511F53u));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int32_t>(0xCD9E8D57u));
+  uint32_t k0 = s.k0, k1 = s.k1;
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulHiLo16(c0, m0, hi0, lo0);
+    mulHiLo16(c2, m1, hi1, lo1);
+    const __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int32_t>(k0)));
+    const __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int32_t>(k1)));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  // Transpose: within each 128-bit chunk one lane's 4 words (lanes 0,4,8,12 in r0; 1,5,9,13 in r1 ...),
+  // then the chunks put in lane order.
+  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
+  const __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
+  const __m512i r0 = _mm512_unpacklo_epi64(t0, t2), r1 = _mm512_unpackhi_epi64(t0, t2);
+  const __m512i r2 = _mm512_unpacklo_epi64(t1, t3), r3 = _mm512_unpackhi_epi64(t1, t3);
+  const __m512i a01 = _mm512_shuffle_i32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i a23 = _mm512_shuffle_i32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i b01 = _mm512_shuffle_i32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i b23 = _mm512_shuffle_i32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm512_storeu_si512(out, _mm512_shuffle_i32x4(a01, a23, _MM_SHUFFLE(2, 0, 2, 0)));       // lanes 0-3
+  _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(a01, a23, _MM_SHUFFLE(3, 1, 3, 1)));  // lanes 4-7
+  _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(b01, b23, _MM_SHUFFLE(2, 0, 2, 0)));  // lanes 8-11
+  _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(b01, b23, _MM_SHUFFLE(3, 1, 3, 1)));  // lanes 12-15
+}
+
+}  // namespace
+#endif
+
 void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u) {
+  constexpr int kFields = 32 / kRoundingBits;        // elements per 32-bit word
+  constexpr uint64_t kPerBlock = 4 * kFields;         // elements per Philox call
   size_t i = 0;
-  while (i < n && ((first + i) & 3u)) {
-    u[i] = uniform01(stream.word(first + i));
+  while (i < n && ((first + i) % kPerBlock)) {
+    u[i] = roundingUniform(stream, first + i);
     ++i;
   }
+#if defined(__AVX512F__)
+  {
+    // 16 Philox calls per step (64 words, 64 * kFields elements), widened 16 at a time.
+    constexpr size_t kStep = 64 * kFields;
+    const __m512 half = _mm512_set1_ps(0.5f), unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+    alignas(64) uint32_t words[64];
+    for (; i + kStep <= n; i += kStep) {
+      philox16InOrder(stream, (first + i) / kPerBlock, words);
+      const auto* fields = reinterpret_cast<const uint8_t*>(words);
+      for (size_t j = 0; j < kStep; j += 16) {
+        const __m512i k =
+            kRoundingBits == 16
+                ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)))
+                : _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
+        _mm512_storeu_ps(u + i + j, _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(k), half), unit));
+      }
+    }
+  }
+#endif
 #ifdef GRADCOMP_HAVE_AVX2
-  // 32 elements = 8 counter blocks per step; element 4L + w takes word w of lane L.
-  const __m256 toUnit = _mm256_set1_ps(5.9604644775390625e-8f);
-  for (; i + 32 <= n; i += 32) {
+  // 8 Philox calls (8 lanes) = 32 words = 32 * kFields elements per step. The 4 x 8 transpose puts the
+  // words in stream order; stored, their fields are then the elements in order (little-endian), widened
+  // 8 at a time.
+  static_assert(kRoundingBits == 16 || kRoundingBits == 8, "the vector path widens 8- or 16-bit fields");
+  constexpr size_t kStep = 32 * kFields;
+  const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+  alignas(32) uint32_t words[32];
+  for (; i + kStep <= n; i += kStep) {
     __m256i w[4];
-    philox8(stream, (first + i) >> 2, w);
-    // 4 x 8 transpose into element order, then (word >> 8) * 2^-24.
+    philox8(stream, (first + i) / kPerBlock, w);
     const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
     const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
     const __m256i r0 = _mm256_unpacklo_epi64(t0, t2), r1 = _mm256_unpackhi_epi64(t0, t2);
     const __m256i r2 = _mm256_unpacklo_epi64(t1, t3), r3 = _mm256_unpackhi_epi64(t1, t3);
-    // r0 = lanes 0,4; r1 = lanes 1,5; r2 = lanes 2,6; r3 = lanes 3,7 (each 128-bit half one lane).
-    const __m256i e0 = _mm256_permute2x128_si256(r0, r1, 0x20), e1 = _mm256_permute2x128_si256(r2, r3, 0x20);
-    const __m256i e2 = _mm256_permute2x128_si256(r0, r1, 0x31), e3 = _mm256_permute2x128_si256(r2, r3, 0x31);
-    const __m256i* rows[4] = {&e0, &e1, &e2, &e3};
-    for (int r = 0; r < 4; ++r)
-      _mm256_storeu_ps(u + i + 8 * r, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(*rows[r], 8)), toUnit));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words), _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 8), _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 16), _mm256_permute2x128_si256(r0, r1, 0x31));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 24), _mm256_permute2x128_si256(r2, r3, 0x31));
+    const auto* fields = reinterpret_cast<const uint8_t*>(words);
+    for (size_t j = 0; j < kStep; j += 8) {
+      const __m128i raw = kRoundingBits == 16
+                              ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
+                              : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
+      const __m256i k = kRoundingBits == 16 ? _mm256_cvtepu16_epi32(raw) : _mm256_cvtepu8_epi32(raw);
+      _mm256_storeu_ps(u + i + j, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(k), half), unit));
+    }
   }
 #endif
-  for (; i + 4 <= n; i += 4) {
-    const Philox4 r = stream.block((first + i) >> 2);
-    for (int j = 0; j < 4; ++j) u[i + j] = uniform01(r.v[j]);
+  // One Philox call per kPerBlock elements (roundingUniform's fields, in order).
+  for (; i + kPerBlock <= n; i += kPerBlock) {
+    const Philox4 r = stream.block((first + i) / kPerBlock);
+    for (uint64_t j = 0; j < kPerBlock; ++j) {
+      const uint32_t k = (r.v[j / kFields] >> (kRoundingBits * (j % kFields))) & ((1u << kRoundingBits) - 1u);
+      u[i + j] = (static_cast<float>(k) + 0.5f) * (1.0f / static_cast<float>(1u << kRoundingBits));
+    }
   }
-  for (; i < n; ++i) u[i] = uniform01(stream.word(first + i));
+  for (; i < n; ++i) u[i] = roundingUniform(stream, first + i);
 }
 
 }  // namespace gradcomp::cpu

@@ -39,7 +39,7 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 
-// u[i] = uniform01 of element first+i of the stream (first may be any index).
+// u[i] = scalar::roundingUniform(stream, first + i): the stochastic-rounding uniforms (first may be any index).
 void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u);
 
 }  // namespace gradcomp::cpu

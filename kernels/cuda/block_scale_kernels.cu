@@ -102,7 +102,7 @@ __global__ void encodeInt8Kernel(const float* x, const float* e, size_t n, size_
       const float v = c[j];
       if (!scalar::isFiniteBits(scalar::absBits(v))) detail::recordFirst(firstBad, i + j);
       const float scaled = __fmul_rn(v, scale);
-      float level = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(first + i + j)))) : rintf(scaled);
+      float level = stochastic ? floorf(__fadd_rn(scaled, scalar::roundingUniform(rng, first + i + j))) : rintf(scaled);
       level = fminf(fmaxf(level, -127.0f), 127.0f);
       const int8_t code = static_cast<int8_t>(level);
       q[j] = static_cast<uint8_t>(code);

@@ -85,8 +85,8 @@ __global__ void levelCodesKernel(LevelCodec codec, int bits, scalar::RngStream r
     if (!scalar::isFiniteBits(scalar::absBits(c))) detail::recordFirst(firstBad, i);
     uint32_t code;
     switch (codec) {
-      case LevelCodec::Qsgd: code = scalar::qsgdCode(c, stats[block], bits, scalar::uniform01(rng.word(i))); break;
-      case LevelCodec::TernGrad: code = scalar::ternCode(c, stats[block], scalar::uniform01(rng.word(i))); break;
+      case LevelCodec::Qsgd: code = scalar::qsgdCode(c, stats[block], bits, scalar::roundingUniform(rng, i)); break;
+      case LevelCodec::TernGrad: code = scalar::ternCode(c, stats[block], scalar::roundingUniform(rng, i)); break;
       case LevelCodec::Sign: code = scalar::signCode(c, i); break;
       default: code = scalar::oneBitCode(c); break;
     }

@@ -135,7 +135,7 @@ __global__ void encodeInt4Kernel(const float* x, const float* e, size_t n, size_
     for (size_t i = b0; i < b0 + len; ++i) {
       const float c = addend(x, e, i);
       const float scaled = __fmul_rn(c, scale);
-      float level = stochastic ? floorf(__fadd_rn(scaled, scalar::uniform01(rng.word(i)))) : rintf(scaled);
+      float level = stochastic ? floorf(__fadd_rn(scaled, scalar::roundingUniform(rng, i))) : rintf(scaled);
       level = fminf(fmaxf(level, -7.0f), 7.0f);
       const int code = static_cast<int>(level);
       nibbles[i] = static_cast<uint8_t>(code & 0xf);

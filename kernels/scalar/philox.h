@@ -51,4 +51,20 @@ struct RngStream {
 // Uniform in [0, 1) with 24 random bits: exact in fp32, identical on every backend.
 GRADCOMP_HD float uniform01(uint32_t word) { return static_cast<float>(word >> 8) * 5.9604644775390625e-8f; }
 
+// The uniform of stochastic rounding (int8 / int4 rounding=stochastic, qsgd, terngrad): kRoundingBits
+// random bits per element, u = (k + 1/2) / 2^kRoundingBits, k the (i mod E)-th field of word i / E of the
+// stream (E = 32 / kRoundingBits fields per word, low bits first), so one Philox call serves 4E elements
+// instead of 4. The midpoint grid keeps the rounding unbiased to within half a grid step:
+//   |E[floor(v + u)] - v| <= 2^-(kRoundingBits + 1)   and   |P(u < r) - r| <= 2^-(kRoundingBits + 1)
+// in units of the quantization step (tests/compressors/stochastic_codecs_test.cc checks both exactly,
+// over all 2^kRoundingBits draws). u and every sum v + u the codecs form are exact in fp32.
+constexpr int kRoundingBits = 16;
+
+GRADCOMP_HD float roundingUniform(const RngStream& s, uint64_t i) {
+  constexpr int kFields = 32 / kRoundingBits;
+  const uint32_t w = s.word(i / kFields);
+  const uint32_t k = (w >> (kRoundingBits * static_cast<int>(i % kFields))) & ((1u << kRoundingBits) - 1u);
+  return (static_cast<float>(k) + 0.5f) * (1.0f / static_cast<float>(1u << kRoundingBits));
+}
+
 }  // namespace gradcomp::scalar

@@ -45,12 +45,12 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
 
 TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
   // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length.
-  for (uint64_t first : std::vector<uint64_t>{0, 3, 4 * uint64_t{0xfffffff0} + 1, uint64_t{1} << 40}) {
-    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 100ul, 1000ul}) {
+  for (uint64_t first : std::vector<uint64_t>{0, 3, 8, 8 * uint64_t{0xfffffff0} + 1, 8 * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
+    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 1000ul}) {
       const auto s = RngStream::make(123456789ull, 3, 17, 5);
       std::vector<float> u(n);
       cpu::fillUniforms(s, first, n, u.data());
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], uniform01(s.word(first + i))) << first << " + " << i;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], roundingUniform(s, first + i)) << first << " + " << i;
     }
   }
 }
