@@ -13,6 +13,7 @@ std::unique_ptr<AllreduceAlgorithm> makeAllgatherAllreduce(const AllreduceConfig
 std::unique_ptr<AllreduceAlgorithm> makeRandomKAllreduce(const AllreduceConfig& c);
 std::unique_ptr<AllreduceAlgorithm> makeHierarchicalAllreduce(const AllreduceConfig& c);
 std::unique_ptr<AllreduceAlgorithm> makeTreeAllreduce(const AllreduceConfig& c);
+std::unique_ptr<AllreduceAlgorithm> makePowerSgdAllreduce(const AllreduceConfig& c);
 
 // Bytes of one encoded payload of n elements (the upper bound the receiver reserves; exact for
 // fixed-size codecs), used by the predictions.

@@ -21,7 +21,7 @@ struct Entry {
 constexpr Entry kAlgorithms[] = {
     {"vendor", makeVendorAllreduce},       {"ring", makeRingAllreduce}, {"allgather", makeAllgatherAllreduce},
     {"randomk", makeRandomKAllreduce},     {"hierarchical", makeHierarchicalAllreduce},
-    {"tree", makeTreeAllreduce},
+    {"tree", makeTreeAllreduce},           {"powersgd", makePowerSgdAllreduce},
 };
 
 bool skipsNonFinite(const std::string& efSpec) {
@@ -125,11 +125,11 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   op.count = data.size();
   op.tensorId = call.tensorId;
   op.step = call.step;
-  op.config = describe() + (call.check ? " check" : "");
+  op.config = describe() + (call.check ? " check" : "") + (call.rows ? " rows=" + std::to_string(call.rows) : "");
   // Lossy paths reject NaN/Inf; find them first so every rank applies the same policy. The scan is
   // part of what compression costs, so it is counted as encode time.
   double scanSeconds = 0;
-  if (!payload_.raw()) {
+  if (lossy()) {
     const auto t0 = Clock::now();
     const uint64_t bad = firstNonFinite(data);
     if (bad != EncodeResult::kNoIndex) op.nonFiniteIndex = bad;
@@ -155,7 +155,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   std::vector<float> reference;
   if (call.check) reference.assign(data.begin(), data.end());
 
-  sum(data, comm, {op.sequence, call.tensorId, call.step});
+  sum(data, comm, {op.sequence, call.tensorId, call.step, call.rows});
   if (config_.op == ReduceOp::Average) {
     const float p = static_cast<float>(comm.size());
     for (float& v : data) v /= p;
@@ -189,6 +189,9 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   }
   return report;
 }
+
+void AllreduceAlgorithm::saveState(std::ostream& out) { errorFeedback().save(out); }
+void AllreduceAlgorithm::loadState(std::istream& in) { errorFeedback().load(in); }
 
 size_t encodedBytes(const PayloadCodec& codec, size_t n) {
   if (codec.raw()) return n * sizeof(float);

@@ -11,10 +11,14 @@
 //   hierarchical  intra-node reduce-scatter, inter-node all-reduce of each shard (any of the above),
 //                 intra-node all-gather
 //   tree          recursive doubling (latency-bound, small messages)
+//   powersgd      PowerSGD (Vogels et al. 2019): a rank-r approximation P Q^T of each matrix, two summed
+//                 all-reduces (P, then Q) over the ring, fp32 or through fp16 / bf16; its own error
+//                 feedback and warm-started Q (collectives/powersgd_allreduce.cc)
 // Steps and wire bytes per rank: collectives/README.md.
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,12 +45,16 @@ struct AllreduceConfig {
   uint64_t seed = 0;                    // Philox / random-k key, the same on every rank
   size_t chunkBytes = size_t{1} << 20;  // uncompressed ring: pipeline chunk
   bool blockingVendor = false;          // vendor: blocking MPI_Allreduce, no deadline (benchmark baseline)
+  // powersgd: "rank=1,start_iter=0,min_compression=2,epsilon=1e-8" (collectives/powersgd_allreduce.cc);
+  // its error feedback is errorFeedback ("ef" or "none"), its P / Q carrier the codec (none, fp16, bf16).
+  std::string lowRank;
 };
 
 struct AllreduceCall {
   uint32_t tensorId = 0;  // keys error-feedback state and the Philox stream
   uint32_t step = 0;
   bool check = false;     // also run the exact fp32 all-reduce and report the relative error
+  uint64_t rows = 0;      // the tensor as a rows x (n / rows) matrix (powersgd); 0: a vector
 };
 
 struct AllreduceReport {
@@ -62,6 +70,7 @@ struct AllreduceReport {
 struct OpContext {
   uint64_t sequence;
   uint32_t tensorId, step;
+  uint64_t rows = 0;
 };
 
 class AllreduceAlgorithm {
@@ -96,6 +105,13 @@ class AllreduceAlgorithm {
 
   // The sum, in place, after the agreement check. Public so hierarchical can nest algorithms.
   virtual void sum(std::span<float> data, Communicator& comm, const OpContext& op) = 0;
+
+  // Checkpoint state: the error-feedback policy's, plus whatever the algorithm keeps (powersgd: Q and
+  // residuals). Loaded bitwise; a file of another algorithm or format is an InvalidArgument.
+  virtual void saveState(std::ostream& out);
+  virtual void loadState(std::istream& in);
+  // Whether the all-reduce is lossy for finite inputs, so NaN/Inf must be found before data moves.
+  virtual bool lossy() const { return !payload_.raw(); }
 
  protected:
   explicit AllreduceAlgorithm(AllreduceConfig config);

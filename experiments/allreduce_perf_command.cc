@@ -43,6 +43,10 @@ std::vector<double> maxOverRanks(Communicator& comm, std::vector<double> mine) {
 }
 
 std::vector<size_t> sizesOf(const AllreducePerfOptions& o) {
+  if (!o.shape.empty()) {
+    const auto [rows, cols] = parseShape(o.shape);
+    return {static_cast<size_t>(rows * cols * 4)};
+  }
   GRADCOMP_CHECK_ARG(o.minBytes >= 4 && o.maxBytes >= o.minBytes, "sizes: need 4 <= -b (", o.minBytes, ") <= -e (",
                      o.maxBytes, ")");
   GRADCOMP_CHECK_ARG(o.stepFactor > 1, "-f must be > 1, got ", o.stepFactor);
@@ -112,6 +116,7 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
   const int rpn = comm.uniformRanksPerNode();
   std::vector<Row> rows;
   const std::vector<size_t> sizes = sizesOf(o);
+  const uint64_t matrixRows = o.shape.empty() ? 0 : parseShape(o.shape).first;
   for (const size_t bytes : sizes) {
     const size_t n = bytes / 4;
     const std::vector<float> input = normalVector(n, o.seed * 7919 + static_cast<uint64_t>(comm.rank()));
@@ -140,8 +145,10 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
         }
         cfg.blockingVendor = algorithmName == "vendor-blocking";
         cfg.codec = codec;
-        cfg.errorFeedback = codec == "none" ? "none" : o.errorFeedback;
+        // powersgd is lossy with any carrier, so its error feedback applies with codec none too.
+        cfg.errorFeedback = codec == "none" && cfg.algorithm != "powersgd" ? "none" : o.errorFeedback;
         cfg.interAlgorithm = o.interAlgorithm;
+        cfg.lowRank = o.lowRank;
         cfg.op = parseReduceOp(o.op);
         cfg.seed = o.seed;
         std::unique_ptr<AllreduceAlgorithm> algo;
@@ -158,7 +165,7 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
           // Start together: otherwise a rank's time includes waiting for the slowest to arrive.
           maxOverRanks(comm, {0.0});
           const auto t0 = Clock::now();
-          last = algo->run(x, comm, {0, static_cast<uint32_t>(it), false});
+          last = algo->run(x, comm, {0, static_cast<uint32_t>(it), false, matrixRows});
           const double t = std::chrono::duration<double>(Clock::now() - t0).count();
           if (it >= o.warmup) times.push_back(maxOverRanks(comm, {t})[0]);
         }
@@ -166,7 +173,7 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
         double relError = -1;
         if (o.check) {
           std::copy(input.begin(), input.end(), x.begin());
-          relError = algo->run(x, comm, {0, 0, true}).relativeError;
+          relError = algo->run(x, comm, {0, static_cast<uint32_t>(o.warmup + o.iterations), true, matrixRows}).relativeError;
         }
         const auto stats = maxOverRanks(comm, {static_cast<double>(last.bytesSent), last.cost.encodeSeconds,
                                                last.cost.decodeSeconds, static_cast<double>(last.bytesSentInter)});
@@ -183,6 +190,22 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
     }
   }
   if (comm.rank() == 0) printTable(rows, o, comm.transportName(), out);
+}
+
+std::pair<uint64_t, uint64_t> parseShape(const std::string& text) {
+  const size_t x = text.find('x');
+  uint64_t rows = 0, cols = 0;
+  bool ok = x != std::string::npos && x > 0 && x + 1 < text.size() &&
+            text.find_first_not_of("0123456789x") == std::string::npos && text.find('x', x + 1) == std::string::npos &&
+            x <= 10 && text.size() - x - 1 <= 10;
+  if (ok) {
+    rows = std::stoull(text.substr(0, x));
+    cols = std::stoull(text.substr(x + 1));
+    ok = rows >= 1 && cols >= 1 && rows < (uint64_t{1} << 31) && cols < (uint64_t{1} << 31) &&
+         rows * cols <= (uint64_t{1} << 31);
+  }
+  GRADCOMP_CHECK_ARG(ok, "--shape '", text, "' is not ROWSxCOLS with both in [1, 2^31) and at most 2^31 elements");
+  return {rows, cols};
 }
 
 void runAllreducePerfInProcess(const AllreducePerfOptions& o, std::ostream& out) {

@@ -8,6 +8,7 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradcomp {
@@ -31,7 +32,14 @@ struct AllreducePerfOptions {
   int ranksPerNode = 0;
   std::string linkModel;  // e.g. "inter=1gbit/50us"
   double timeoutSeconds = 120;
+  // The tensor as a matrix, "ROWSxCOLS" (powersgd needs it): the one message size of the sweep.
+  std::string shape;
+  std::string lowRank;  // powersgd: rank=,start_iter=,min_compression=,epsilon=
 };
+
+// "ROWSxCOLS" -> rows, cols; InvalidArgument naming the text unless both are in [1, 2^31) and the
+// product is at most 2^31 elements.
+std::pair<uint64_t, uint64_t> parseShape(const std::string& text);
 
 // Runs the sweep on this rank; rank 0 writes the table. Every rank of `comm` must call it.
 void runAllreducePerf(const AllreducePerfOptions& options, Communicator& comm, std::ostream& out);

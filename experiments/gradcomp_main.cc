@@ -43,12 +43,14 @@ int main(int argc, char** argv) {
   ar->add_option("-f,--stepfactor", perf.stepFactor, "Size multiplication factor between steps");
   ar->add_option("--codec", perf.codecs, "Codec spec, repeatable (default none)");
   ar->add_option("-a,--algorithm", perf.algorithms,
-                 "Algorithm, repeatable: vendor ring allgather randomk hierarchical tree (default ring); "
+                 "Algorithm, repeatable: vendor ring allgather randomk hierarchical tree powersgd (default ring); "
                  "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline; "
                  "auto: the cost model's pick per size (with --link-model)");
   ar->add_option("--case", perf.cases, "algorithm/codec pair, repeatable (instead of every -a x --codec)");
   ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 ef21-sgdm dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
+  ar->add_option("--shape", perf.shape, "The tensor as a ROWSxCOLS matrix (powersgd); replaces -b/-e");
+  ar->add_option("--lowrank", perf.lowRank, "powersgd: rank=1,start_iter=0,min_compression=2,epsilon=1e-8");
   ar->add_option("-o,--op", perf.op, "sum or avg");
   ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations")->check(CLI::Range(0, 1000000));
   ar->add_option("-n,--iters", perf.iterations, "Timed iterations (median reported)")->check(CLI::Range(1, 1000000));

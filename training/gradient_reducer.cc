@@ -193,7 +193,7 @@ void GradientReducer::workerLoop() {
 void GradientReducer::save(std::ostream& out) const {
   const uint64_t n = algorithms_.size();
   out.write(reinterpret_cast<const char*>(&n), sizeof n);
-  for (const auto& a : algorithms_) a->errorFeedback().save(out);
+  for (const auto& a : algorithms_) a->saveState(out);
 }
 
 void GradientReducer::load(std::istream& in) {
@@ -201,7 +201,7 @@ void GradientReducer::load(std::istream& in) {
   in.read(reinterpret_cast<char*>(&n), sizeof n);
   GRADCOMP_CHECK_ARG(in.gcount() == sizeof n && n == algorithms_.size(), "reducer state is for ", n,
                      " buckets, this reducer has ", algorithms_.size());
-  for (auto& a : algorithms_) a->errorFeedback().load(in);
+  for (auto& a : algorithms_) a->loadState(in);
 }
 
 }  // namespace gradcomp

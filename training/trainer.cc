@@ -250,7 +250,7 @@ void TrainingRun::saveState(std::ostream& out) const {
   writeFloats(out, std::vector<float>(model_->parameters().begin(), model_->parameters().end()));
   optimizer_->save(out);
   reducer_->save(out);
-  if (momentumAllreduce_) momentumAllreduce_->errorFeedback().save(out);
+  if (momentumAllreduce_) momentumAllreduce_->saveState(out);
 }
 
 void TrainingRun::loadState(std::istream& in) {
@@ -259,7 +259,7 @@ void TrainingRun::loadState(std::istream& in) {
   std::copy(params.begin(), params.end(), model_->parameters().begin());
   optimizer_->load(in);
   reducer_->load(in);
-  if (momentumAllreduce_) momentumAllreduce_->errorFeedback().load(in);
+  if (momentumAllreduce_) momentumAllreduce_->loadState(in);
 }
 
 uint64_t TrainingRun::restore() {

@@ -11,5 +11,6 @@ void bindErrors(nanobind::module_& m);
 void bindCodec(nanobind::module_& m);
 void bindErrorFeedback(nanobind::module_& m);
 void bindParts(nanobind::module_& m);
+void bindLowRank(nanobind::module_& m);
 
 }  // namespace gradcomp::python

@@ -14,6 +14,7 @@ NB_MODULE(_C, m) {
   gradcomp::python::bindCodec(m);
   gradcomp::python::bindErrorFeedback(m);
   gradcomp::python::bindParts(m);
+  gradcomp::python::bindLowRank(m);
   nanobind::dict build;
 #ifdef GRADCOMP_HAVE_CUDA
   build["cuda"] = true;

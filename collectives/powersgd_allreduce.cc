@@ -1,0 +1,237 @@
+// `powersgd`: PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) as torch's powerSGD_hook computes it,
+// per tensor viewed as a rows x cols matrix (AllreduceCall::rows):
+//
+//   M = G + E                        (E: this rank's residual, with error feedback "ef")
+//   Q <- orthogonalize(Q)            (warm start: last step's Q; the first time a Philox normal matrix
+//                                     keyed by (seed, tensor), the same on every rank)
+//   P = M Q;       P <- sum over ranks (ring);  P <- orthogonalize(P)
+//   Q = M^T P;     Q <- sum over ranks (ring)
+//   out = P Q^T    (the sum of the ranks' approximations; the average op divides by W as always)
+//   E = M - out / W;  Q <- Q / W kept for the next step's warm start
+//
+// Orthogonalization is Gram-Schmidt with an epsilon (col /= ||col|| + eps), as torch's hook for rank <= 2;
+// for rank > 2 torch uses a QR factorization, whose columns differ from Gram-Schmidt's by signs only, and
+// P Q^T does not change with them. Left uncompressed (a plain ring sum, no residual): a vector (rows 0),
+// a matrix with one row or column, one that would not shrink by `min_compression` ((rows + cols) x r x
+// min_compression > rows x cols, torch's _should_compress), and every tensor before step `start_iter`.
+// Bytes per rank: 2 (W-1)/W x 4 x (rows + cols) x r (the codec's size instead of 4 for fp16 / bf16).
+#include <cmath>
+#include <cstring>
+#include <istream>
+#include <map>
+#include <ostream>
+#include <sstream>
+
+#include "collectives/algorithm_registry.h"
+#include "collectives/powersgd.h"
+#include "collectives/ring_primitives.h"
+#include "compressors/codec_spec.h"
+#include "core/error.h"
+#include "kernels/cpu/low_rank.h"
+#include "kernels/scalar/philox.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr uint64_t kStateMagic = 0x31445347524f5750ull;  // "PWRGSD1" + version
+
+struct LowRankOptions {
+  uint64_t rank = 1;
+  uint32_t startIter = 0;
+  double minCompression = 2.0;
+  float epsilon = 1e-8f;
+  std::string canonical;
+};
+
+LowRankOptions parseOptions(const std::string& text) {
+  const CodecSpec spec = CodecSpec::parse("powersgd" + std::string(text.empty() ? "" : ":") + text);
+  LowRankOptions o;
+  o.rank = spec.getUInt("rank", 1, 1, 1024);
+  o.startIter = static_cast<uint32_t>(spec.getUInt("start_iter", 0, 0, UINT32_MAX));
+  o.minCompression = spec.getDouble("min_compression", 2.0, 0.0, 1e9);
+  o.epsilon = static_cast<float>(spec.getDouble("epsilon", 1e-8, -1e-300, 1.0));
+  spec.checkAllUsed();
+  o.canonical = spec.canonical();
+  return o;
+}
+
+struct TensorState {
+  uint64_t rows = 0, cols = 0, rank = 0;
+  std::vector<float> q;         // cols x rank, the last step's Q / W
+  std::vector<float> residual;  // rows x cols (error feedback)
+};
+
+// A standard normal from two Philox words (Box-Muller): the warm start's initial Q.
+float normalFrom(const scalar::RngStream& s, uint64_t i) {
+  const float u1 = (static_cast<float>(s.word(2 * i) >> 8) + 0.5f) * 0x1p-24f;
+  const float u2 = static_cast<float>(s.word(2 * i + 1) >> 8) * 0x1p-24f;
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
+}
+
+class PowerSgdAllreduce final : public AllreduceAlgorithm {
+ public:
+  explicit PowerSgdAllreduce(const AllreduceConfig& c)
+      : AllreduceAlgorithm(withoutFeedback(c)), options_(parseOptions(c.lowRank)), efSpec_(c.errorFeedback) {
+    const std::string& ef = c.errorFeedback;
+    GRADCOMP_CHECK_ARG(ef == "none" || ef == "ef", "algorithm 'powersgd' keeps its own residuals: error feedback ",
+                       "'none' or 'ef', got '", ef, "'");
+    const std::string codec = payload_.codec().name();
+    GRADCOMP_CHECK_ARG(codec == "none" || codec == "fp16" || codec == "bf16", "algorithm 'powersgd' sums P and Q ",
+                       "in fp32, fp16 or bf16 (codec none, fp16, bf16), got '", payload_.codecSpec(), "'");
+  }
+
+  std::string describe() const override {
+    return AllreduceAlgorithm::describe() + " lowrank=" + options_.canonical + " powersgd-ef=" + efSpec_;
+  }
+  bool lossy() const override { return true; }
+
+  void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
+    const uint64_t n = data.size();
+    GRADCOMP_CHECK_ARG(op.rows == 0 || n % op.rows == 0, "powersgd: tensor ", op.tensorId, " of ", n,
+                       " elements is not a matrix of ", op.rows, " rows");
+    const uint64_t rows = op.rows, cols = rows ? n / rows : 0;
+    const uint64_t r = std::min({options_.rank, rows, cols});
+    const bool compress = rows > 1 && cols > 1 && op.step >= options_.startIter &&
+                          static_cast<double>((rows + cols) * r) * options_.minCompression <=
+                              static_cast<double>(rows * cols);
+    if (!compress) {
+      sumRaw(data, comm, op, 0);
+      return;
+    }
+    TensorState& st = stateFor(op.tensorId, rows, cols, r);
+    const bool ef = efSpec_ == "ef";
+    std::vector<float>& m = scratchM_;
+    m.assign(data.begin(), data.end());
+    if (ef)
+      for (uint64_t i = 0; i < n; ++i) m[i] += st.residual[i];
+    cpu::orthogonalizeColumns(st.q.data(), cols, r, options_.epsilon);
+    p_.resize(rows * r);
+    cpu::matmul(m.data(), rows, cols, st.q.data(), r, p_.data());
+    sumFactor(p_, comm, op, 0);
+    cpu::orthogonalizeColumns(p_.data(), rows, r, options_.epsilon);
+    cpu::matmulTransposedA(m.data(), rows, cols, p_.data(), r, st.q.data());
+    sumFactor(st.q, comm, op, 2);
+    cpu::matmulTransposedB(p_.data(), rows, r, st.q.data(), cols, data.data());
+    const float w = static_cast<float>(comm.size());
+    if (ef)
+      for (uint64_t i = 0; i < n; ++i) st.residual[i] = m[i] - data[i] / w;
+    for (float& v : st.q) v /= w;
+  }
+
+  double predictSeconds(size_t n, int ranks, int ranksPerNode, const LinkModel& links) const override {
+    // Without the shape the model assumes a square matrix (the largest compression for n elements).
+    if (ranks <= 1) return 0;
+    const LinkSpec& l = ranksPerNode < ranks ? links.inter : links.intra;
+    const size_t side = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
+    const size_t factor = side * std::min<size_t>(options_.rank, side);
+    const size_t segment = (factor + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+    return 2 * 2.0 * (ranks - 1) * l.seconds(encodedBytes(payload_, segment));
+  }
+  CodecWork codecWork(size_t n, int ranks, int) const override {
+    if (payload_.raw() || ranks <= 1) return {};
+    const double factor = 2 * std::sqrt(static_cast<double>(n)) * static_cast<double>(options_.rank);
+    return {factor / ranks * 2, factor / ranks * 2 * ranks};
+  }
+
+  void saveState(std::ostream& out) override {
+    AllreduceAlgorithm::saveState(out);
+    auto put = [&](const void* p, size_t bytes) { out.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes)); };
+    const uint64_t count = states_.size();
+    put(&kStateMagic, 8);
+    put(&count, 8);
+    for (const auto& [id, st] : states_) {
+      const uint64_t header[4] = {id, st.rows, st.cols, st.rank};
+      put(header, sizeof header);
+      put(st.q.data(), st.q.size() * sizeof(float));
+      put(st.residual.data(), st.residual.size() * sizeof(float));
+    }
+  }
+
+  void loadState(std::istream& in) override {
+    AllreduceAlgorithm::loadState(in);
+    auto get = [&](void* p, size_t bytes, const char* what) {
+      in.read(static_cast<char*>(p), static_cast<std::streamsize>(bytes));
+      GRADCOMP_CHECK_ARG(static_cast<size_t>(in.gcount()) == bytes, "powersgd state: truncated ", what);
+    };
+    uint64_t magic = 0, count = 0;
+    get(&magic, 8, "header");
+    GRADCOMP_CHECK_ARG(magic == kStateMagic, "powersgd state: not a PowerSGD state (another algorithm's checkpoint?)");
+    get(&count, 8, "header");
+    GRADCOMP_CHECK_ARG(count <= (uint64_t{1} << 20), "powersgd state: ", count, " tensors is implausible");
+    std::map<uint32_t, TensorState> loaded;
+    for (uint64_t t = 0; t < count; ++t) {
+      uint64_t header[4];
+      get(header, sizeof header, "tensor header");
+      TensorState st;
+      st.rows = header[1], st.cols = header[2], st.rank = header[3];
+      GRADCOMP_CHECK_ARG(header[0] <= UINT32_MAX && st.rank >= 1 && st.rank <= options_.rank &&
+                             st.rows >= st.rank && st.cols >= st.rank && st.rows <= (uint64_t{1} << 31) &&
+                             st.cols <= (uint64_t{1} << 31) && st.rows * st.cols <= (uint64_t{1} << 34),
+                         "powersgd state: tensor ", header[0], " has an invalid shape ", st.rows, " x ", st.cols,
+                         " rank ", st.rank, " (this algorithm's rank is ", options_.rank, ")");
+      st.q.resize(st.cols * st.rank);
+      st.residual.resize(efSpec_ == "ef" ? st.rows * st.cols : 0);
+      get(st.q.data(), st.q.size() * sizeof(float), "Q");
+      get(st.residual.data(), st.residual.size() * sizeof(float), "residual");
+      loaded[static_cast<uint32_t>(header[0])] = std::move(st);
+    }
+    states_ = std::move(loaded);
+  }
+
+  // The state of one tensor (tests and the Python equivalence check read and set it).
+  const std::map<uint32_t, TensorState>& states() const { return states_; }
+
+ private:
+  static AllreduceConfig withoutFeedback(AllreduceConfig c) {
+    c.errorFeedback = "none";  // the P / Q carrier has none; PowerSGD's own residuals are kept here
+    return c;
+  }
+
+  TensorState& stateFor(uint32_t tensorId, uint64_t rows, uint64_t cols, uint64_t r) {
+    TensorState& st = states_[tensorId];
+    if (st.rows == rows && st.cols == cols && st.rank == r) return st;
+    GRADCOMP_CHECK_ARG(st.rows == 0, "powersgd: tensor ", tensorId, " was ", st.rows, " x ", st.cols,
+                       " and is now ", rows, " x ", cols, " (a tensor id names one matrix)");
+    st.rows = rows, st.cols = cols, st.rank = r;
+    st.q = powerSgdInitialQ(config_.seed, tensorId, cols, r);
+    st.residual.assign(efSpec_ == "ef" ? rows * cols : 0, 0.0f);
+    return st;
+  }
+
+  void sumRaw(std::span<float> data, Communicator& comm, const OpContext& op, uint32_t phase) {
+    const RingContext rc{comm, op.sequence, 1 + phase, op.tensorId, op.step, config_.seed, &scratch_};
+    ringReduceScatterRaw(rc, data, config_.chunkBytes);
+    ringAllgatherRaw(rc, data, config_.chunkBytes);
+  }
+
+  // P or Q summed over the ranks: raw fp32, or the compressed ring through fp16 / bf16.
+  void sumFactor(std::vector<float>& f, Communicator& comm, const OpContext& op, uint32_t phase) {
+    if (payload_.raw()) {
+      sumRaw(f, comm, op, phase);
+      return;
+    }
+    const RingContext rc{comm, op.sequence, 1 + phase, op.tensorId, op.step, config_.seed, &scratch_};
+    ringReduceScatterCoded(rc, f, payload_, config_.chunkBytes);
+    ringAllgatherCoded(rc, f, payload_, config_.chunkBytes);
+  }
+
+  LowRankOptions options_;
+  std::string efSpec_;
+  std::map<uint32_t, TensorState> states_;
+  std::vector<float> scratchM_, p_;
+};
+
+}  // namespace
+
+std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint64_t cols, uint64_t rank) {
+  const auto stream = scalar::RngStream::make(seed ^ 0x51494e4954ull /* "QINIT" */, 0, 0, tensorId);
+  std::vector<float> q(cols * rank);
+  for (uint64_t i = 0; i < q.size(); ++i) q[i] = normalFrom(stream, i);
+  return q;
+}
+
+std::unique_ptr<AllreduceAlgorithm> makePowerSgdAllreduce(const AllreduceConfig& c) {
+  return std::make_unique<PowerSgdAllreduce>(c);
+}
+
+}  // namespace gradcomp
