@@ -126,6 +126,13 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   op.tensorId = call.tensorId;
   op.step = call.step;
   op.config = describe() + (call.check ? " check" : "") + (call.rows ? " rows=" + std::to_string(call.rows) : "");
+  if (!call.segments.empty()) {
+    // The bucket's matrix layout is part of what ranks must agree on: a 64-bit FNV-1a of it.
+    uint64_t h = 1469598103934665603ull;
+    for (const MatrixSegment& m : call.segments)
+      for (uint64_t v : {m.offset, m.count, m.rows}) h = (h ^ v) * 1099511628211ull;
+    op.config += " segments=" + std::to_string(call.segments.size()) + ":" + std::to_string(h);
+  }
   // Lossy paths reject NaN/Inf; find them first so every rank applies the same policy. The scan is
   // part of what compression costs, so it is counted as encode time.
   double scanSeconds = 0;
@@ -155,7 +162,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   std::vector<float> reference;
   if (call.check) reference.assign(data.begin(), data.end());
 
-  sum(data, comm, {op.sequence, call.tensorId, call.step, call.rows});
+  sum(data, comm, {op.sequence, call.tensorId, call.step, call.rows, call.segments});
   if (config_.op == ReduceOp::Average) {
     const float p = static_cast<float>(comm.size());
     for (float& v : data) v /= p;

@@ -36,6 +36,12 @@ enum class ReduceOp { Sum, Average };
 const char* reduceOpName(ReduceOp op);
 ReduceOp parseReduceOp(const std::string& name);
 
+// One tensor of a bucket seen as a matrix: `count` elements from `offset`, `rows` x (count / rows)
+// (rows 0: a vector). powersgd compresses each matrix on its own, as torch's hook splits its bucket.
+struct MatrixSegment {
+  uint64_t offset = 0, count = 0, rows = 0;
+};
+
 struct AllreduceConfig {
   std::string algorithm = "ring";
   std::string codec = "none";           // codec spec (compressors/registry.h)
@@ -48,6 +54,9 @@ struct AllreduceConfig {
   // powersgd: "rank=1,start_iter=0,min_compression=2,epsilon=1e-8" (collectives/powersgd_allreduce.cc);
   // its error feedback is errorFeedback ("ef" or "none"), its P / Q carrier the codec (none, fp16, bf16).
   std::string lowRank;
+  // For predictions only (the cost model, `gradcomp model --shape`): the gradient as these matrices, so
+  // powersgd models (rows + cols) x r per matrix instead of assuming one square matrix.
+  std::vector<MatrixSegment> modelMatrices;
 };
 
 struct AllreduceCall {
@@ -55,6 +64,7 @@ struct AllreduceCall {
   uint32_t step = 0;
   bool check = false;     // also run the exact fp32 all-reduce and report the relative error
   uint64_t rows = 0;      // the tensor as a rows x (n / rows) matrix (powersgd); 0: a vector
+  std::span<const MatrixSegment> segments = {};  // a bucket of several tensors (powersgd); empty: one, of `rows`
 };
 
 struct AllreduceReport {
@@ -71,6 +81,7 @@ struct OpContext {
   uint64_t sequence;
   uint32_t tensorId, step;
   uint64_t rows = 0;
+  std::span<const MatrixSegment> segments = {};
 };
 
 class AllreduceAlgorithm {

@@ -19,6 +19,8 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
  public:
   explicit HierarchicalAllreduce(const AllreduceConfig& c) : AllreduceAlgorithm(c) {
     GRADCOMP_CHECK_ARG(c.interAlgorithm != "hierarchical", "hierarchical all-reduce cannot nest itself");
+    GRADCOMP_CHECK_ARG(c.interAlgorithm != "powersgd", "hierarchical all-reduce cannot run 'powersgd' between nodes: ",
+                       "it hands each node a shard of the bucket, which is not a matrix (use 'powersgd' alone)");
     AllreduceConfig inner = c;
     inner.algorithm = c.interAlgorithm;
     inner_ = AllreduceAlgorithm::make(inner);
@@ -52,7 +54,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
     const auto shard = data.subspan(shards.begin(local), shards.size(local));
     if (g.inter->size() > 1) {
       const Communicator::OperationScope interScope(*g.inter, "hierarchical all-reduce (inter-node)");
-      inner_->sum(shard, *g.inter, {interScope.sequence(), op.tensorId, op.step});
+      inner_->sum(shard, *g.inter, {interScope.sequence(), op.tensorId, op.step, 0, {}});
     }
     ringAllgatherRaw(rc, data, config_.chunkBytes);
   }

@@ -8,8 +8,9 @@
 
 namespace gradcomp {
 
-// The cols x rank row-major matrix of standard normals (Philox, Box-Muller) that tensor `tensorId`
-// starts from, before its first orthogonalization; the same on every rank for the same seed.
-std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint64_t cols, uint64_t rank);
+// The cols x rank row-major matrix of standard normals (Philox, Box-Muller) that matrix `segment` of
+// tensor (bucket) `tensorId` starts from, before its first orthogonalization; the same on every rank
+// for the same seed.
+std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint32_t segment, uint64_t cols, uint64_t rank);
 
 }  // namespace gradcomp

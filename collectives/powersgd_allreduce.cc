@@ -87,50 +87,115 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
 
   void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
     const uint64_t n = data.size();
-    GRADCOMP_CHECK_ARG(op.rows == 0 || n % op.rows == 0, "powersgd: tensor ", op.tensorId, " of ", n,
-                       " elements is not a matrix of ", op.rows, " rows");
-    const uint64_t rows = op.rows, cols = rows ? n / rows : 0;
-    const uint64_t r = std::min({options_.rank, rows, cols});
-    const bool compress = rows > 1 && cols > 1 && op.step >= options_.startIter &&
-                          static_cast<double>((rows + cols) * r) * options_.minCompression <=
-                              static_cast<double>(rows * cols);
-    if (!compress) {
-      sumRaw(data, comm, op, 0);
-      return;
+    std::vector<MatrixSegment> segments(op.segments.begin(), op.segments.end());
+    if (segments.empty()) segments.push_back({0, n, op.rows});
+    // Which matrices shrink (torch's _should_compress), and where their P and Q go in the two buffers.
+    struct Part {
+      MatrixSegment seg;
+      uint64_t cols, r, pOffset, qOffset;
+      TensorState* st;
+    };
+    std::vector<Part> parts;
+    std::vector<MatrixSegment> exact;
+    uint64_t pTotal = 0, qTotal = 0, covered = 0;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const MatrixSegment& m = segments[i];
+      GRADCOMP_CHECK_ARG(m.offset == covered && m.count <= n - m.offset && (m.rows == 0 || m.count % m.rows == 0),
+                         "powersgd: segment ", i, " of tensor ", op.tensorId, " (offset ", m.offset, ", ", m.count,
+                         " elements, ", m.rows, " rows) does not continue the bucket's ", n, " elements as a matrix");
+      covered += m.count;
+      const uint64_t rows = m.rows, cols = rows ? m.count / rows : 0;
+      const uint64_t r = std::min({options_.rank, rows, cols});
+      const bool compress = rows > 1 && cols > 1 && op.step >= options_.startIter &&
+                            static_cast<double>((rows + cols) * r) * options_.minCompression <=
+                                static_cast<double>(rows * cols);
+      if (!compress) {
+        exact.push_back(m);
+        continue;
+      }
+      parts.push_back({m, cols, r, pTotal, qTotal, &stateFor(op.tensorId, static_cast<uint32_t>(i), rows, cols, r)});
+      pTotal += rows * r;
+      qTotal += cols * r;
     }
-    TensorState& st = stateFor(op.tensorId, rows, cols, r);
+    GRADCOMP_CHECK_ARG(covered == n, "powersgd: the segments of tensor ", op.tensorId, " cover ", covered, " of its ",
+                       n, " elements");
+    // The tensors left as they are: one exact ring sum of all of them together.
+    if (!exact.empty()) {
+      exactBuffer_.clear();
+      for (const MatrixSegment& m : exact) exactBuffer_.insert(exactBuffer_.end(), data.begin() + m.offset, data.begin() + m.offset + m.count);
+      sumRaw(exactBuffer_, comm, op, 0);
+      uint64_t at = 0;
+      for (const MatrixSegment& m : exact) {
+        std::copy(exactBuffer_.begin() + at, exactBuffer_.begin() + at + m.count, data.begin() + m.offset);
+        at += m.count;
+      }
+    }
+    if (parts.empty()) return;
     const bool ef = efSpec_ == "ef";
-    std::vector<float>& m = scratchM_;
-    m.assign(data.begin(), data.end());
-    if (ef)
-      for (uint64_t i = 0; i < n; ++i) m[i] += st.residual[i];
-    cpu::orthogonalizeColumns(st.q.data(), cols, r, options_.epsilon);
-    p_.resize(rows * r);
-    cpu::matmul(m.data(), rows, cols, st.q.data(), r, p_.data());
-    sumFactor(p_, comm, op, 0);
-    cpu::orthogonalizeColumns(p_.data(), rows, r, options_.epsilon);
-    cpu::matmulTransposedA(m.data(), rows, cols, p_.data(), r, st.q.data());
-    sumFactor(st.q, comm, op, 2);
-    cpu::matmulTransposedB(p_.data(), rows, r, st.q.data(), cols, data.data());
+    p_.resize(pTotal);
+    q_.resize(qTotal);
+    m_.resize(n);
+    for (const Part& part : parts) {
+      float* m = m_.data() + part.seg.offset;
+      std::copy(data.begin() + part.seg.offset, data.begin() + part.seg.offset + part.seg.count, m);
+      if (ef)
+        for (uint64_t i = 0; i < part.seg.count; ++i) m[i] += part.st->residual[i];
+      cpu::orthogonalizeColumns(part.st->q.data(), part.cols, part.r, options_.epsilon);
+      cpu::matmul(m, part.seg.rows, part.cols, part.st->q.data(), part.r, p_.data() + part.pOffset);
+    }
+    sumFactor(p_, comm, op, 2);
+    for (const Part& part : parts) {
+      float* p = p_.data() + part.pOffset;
+      cpu::orthogonalizeColumns(p, part.seg.rows, part.r, options_.epsilon);
+      cpu::matmulTransposedA(m_.data() + part.seg.offset, part.seg.rows, part.cols, p, part.r, q_.data() + part.qOffset);
+    }
+    sumFactor(q_, comm, op, 4);
     const float w = static_cast<float>(comm.size());
-    if (ef)
-      for (uint64_t i = 0; i < n; ++i) st.residual[i] = m[i] - data[i] / w;
-    for (float& v : st.q) v /= w;
+    for (const Part& part : parts) {
+      float* out = data.data() + part.seg.offset;
+      const float* q = q_.data() + part.qOffset;
+      cpu::matmulTransposedB(p_.data() + part.pOffset, part.seg.rows, part.r, q, part.cols, out);
+      const float* m = m_.data() + part.seg.offset;
+      if (ef)
+        for (uint64_t i = 0; i < part.seg.count; ++i) part.st->residual[i] = m[i] - out[i] / w;
+      for (uint64_t i = 0; i < part.cols * part.r; ++i) part.st->q[i] = q[i] / w;
+    }
   }
 
+  // The matrices the prediction models: config.modelMatrices, or one square matrix of n elements.
+  std::vector<MatrixSegment> modelled(size_t n) const {
+    if (!config_.modelMatrices.empty()) return config_.modelMatrices;
+    const uint64_t side = static_cast<uint64_t>(std::sqrt(static_cast<double>(n)));
+    return {{0, side * side, side}};
+  }
+  // (elements P and Q hold, elements left exact) over the modelled matrices.
+  std::pair<uint64_t, uint64_t> factorElements(size_t n) const {
+    uint64_t factors = 0, exact = 0;
+    for (const MatrixSegment& m : modelled(n)) {
+      const uint64_t rows = m.rows, cols = rows ? m.count / rows : 0, r = std::min({options_.rank, rows, cols});
+      if (rows > 1 && cols > 1 && static_cast<double>((rows + cols) * r) * options_.minCompression <= static_cast<double>(rows * cols))
+        factors += (rows + cols) * r;
+      else
+        exact += m.count;
+    }
+    return {factors, exact};
+  }
+  // Two rings of the factors (P, then Q: 2 (W-1)/W x s x (rows + cols) x r per matrix) and one of the exact
+  // tensors; each ring pays its latency.
   double predictSeconds(size_t n, int ranks, int ranksPerNode, const LinkModel& links) const override {
-    // Without the shape the model assumes a square matrix (the largest compression for n elements).
     if (ranks <= 1) return 0;
     const LinkSpec& l = ranksPerNode < ranks ? links.inter : links.intra;
-    const size_t side = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
-    const size_t factor = side * std::min<size_t>(options_.rank, side);
-    const size_t segment = (factor + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
-    return 2 * 2.0 * (ranks - 1) * l.seconds(encodedBytes(payload_, segment));
+    const auto [factors, exact] = factorElements(n);
+    const size_t w = static_cast<size_t>(ranks);
+    double t = 2.0 * (ranks - 1) * l.seconds(encodedBytes(payload_, (factors / 2 + w - 1) / w));
+    t *= 2;  // P and Q (modelled as two halves of the factors)
+    if (exact) t += 2.0 * (ranks - 1) * l.seconds((exact + w - 1) / w * sizeof(float));
+    return t;
   }
   CodecWork codecWork(size_t n, int ranks, int) const override {
     if (payload_.raw() || ranks <= 1) return {};
-    const double factor = 2 * std::sqrt(static_cast<double>(n)) * static_cast<double>(options_.rank);
-    return {factor / ranks * 2, factor / ranks * 2 * ranks};
+    const double factors = static_cast<double>(factorElements(n).first);
+    return {factors * 2 / ranks, factors * 2};
   }
 
   void saveState(std::ostream& out) override {
@@ -158,13 +223,13 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     GRADCOMP_CHECK_ARG(magic == kStateMagic, "powersgd state: not a PowerSGD state (another algorithm's checkpoint?)");
     get(&count, 8, "header");
     GRADCOMP_CHECK_ARG(count <= (uint64_t{1} << 20), "powersgd state: ", count, " tensors is implausible");
-    std::map<uint32_t, TensorState> loaded;
+    std::map<uint64_t, TensorState> loaded;
     for (uint64_t t = 0; t < count; ++t) {
       uint64_t header[4];
       get(header, sizeof header, "tensor header");
       TensorState st;
       st.rows = header[1], st.cols = header[2], st.rank = header[3];
-      GRADCOMP_CHECK_ARG(header[0] <= UINT32_MAX && st.rank >= 1 && st.rank <= options_.rank &&
+      GRADCOMP_CHECK_ARG(st.rank >= 1 && st.rank <= options_.rank &&
                              st.rows >= st.rank && st.cols >= st.rank && st.rows <= (uint64_t{1} << 31) &&
                              st.cols <= (uint64_t{1} << 31) && st.rows * st.cols <= (uint64_t{1} << 34),
                          "powersgd state: tensor ", header[0], " has an invalid shape ", st.rows, " x ", st.cols,
@@ -173,13 +238,10 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
       st.residual.resize(efSpec_ == "ef" ? st.rows * st.cols : 0);
       get(st.q.data(), st.q.size() * sizeof(float), "Q");
       get(st.residual.data(), st.residual.size() * sizeof(float), "residual");
-      loaded[static_cast<uint32_t>(header[0])] = std::move(st);
+      loaded[header[0]] = std::move(st);
     }
     states_ = std::move(loaded);
   }
-
-  // The state of one tensor (tests and the Python equivalence check read and set it).
-  const std::map<uint32_t, TensorState>& states() const { return states_; }
 
  private:
   static AllreduceConfig withoutFeedback(AllreduceConfig c) {
@@ -187,13 +249,16 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     return c;
   }
 
-  TensorState& stateFor(uint32_t tensorId, uint64_t rows, uint64_t cols, uint64_t r) {
-    TensorState& st = states_[tensorId];
+  // One state per (tensor id, segment): a bucket's matrices keep their own Q and residual.
+  static uint64_t keyOf(uint32_t tensorId, uint32_t segment) { return (uint64_t{tensorId} << 32) | segment; }
+
+  TensorState& stateFor(uint32_t tensorId, uint32_t segment, uint64_t rows, uint64_t cols, uint64_t r) {
+    TensorState& st = states_[keyOf(tensorId, segment)];
     if (st.rows == rows && st.cols == cols && st.rank == r) return st;
-    GRADCOMP_CHECK_ARG(st.rows == 0, "powersgd: tensor ", tensorId, " was ", st.rows, " x ", st.cols,
-                       " and is now ", rows, " x ", cols, " (a tensor id names one matrix)");
+    GRADCOMP_CHECK_ARG(st.rows == 0, "powersgd: matrix ", segment, " of tensor ", tensorId, " was ", st.rows, " x ",
+                       st.cols, " and is now ", rows, " x ", cols, " (a tensor id and segment name one matrix)");
     st.rows = rows, st.cols = cols, st.rank = r;
-    st.q = powerSgdInitialQ(config_.seed, tensorId, cols, r);
+    st.q = powerSgdInitialQ(config_.seed, tensorId, segment, cols, r);
     st.residual.assign(efSpec_ == "ef" ? rows * cols : 0, 0.0f);
     return st;
   }
@@ -204,7 +269,8 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     ringAllgatherRaw(rc, data, config_.chunkBytes);
   }
 
-  // P or Q summed over the ranks: raw fp32, or the compressed ring through fp16 / bf16.
+  // P or Q summed over the ranks: raw fp32, or the compressed ring through fp16 / bf16. Tag phases: the
+  // exact tensors 1-2, P 3-4, Q 5-6.
   void sumFactor(std::vector<float>& f, Communicator& comm, const OpContext& op, uint32_t phase) {
     if (payload_.raw()) {
       sumRaw(f, comm, op, phase);
@@ -217,14 +283,14 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
 
   LowRankOptions options_;
   std::string efSpec_;
-  std::map<uint32_t, TensorState> states_;
-  std::vector<float> scratchM_, p_;
+  std::map<uint64_t, TensorState> states_;
+  std::vector<float> m_, p_, q_, exactBuffer_;
 };
 
 }  // namespace
 
-std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint64_t cols, uint64_t rank) {
-  const auto stream = scalar::RngStream::make(seed ^ 0x51494e4954ull /* "QINIT" */, 0, 0, tensorId);
+std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint32_t segment, uint64_t cols, uint64_t rank) {
+  const auto stream = scalar::RngStream::make(seed ^ 0x51494e4954ull /* "QINIT" */, 0, segment, tensorId);
   std::vector<float> q(cols * rank);
   for (uint64_t i = 0; i < q.size(); ++i) q[i] = normalFrom(stream, i);
   return q;

@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   md->add_option("--codec", model.codecs, "Codec spec, repeatable");
   md->add_option("-a,--algorithm", model.algorithms, "Algorithm, repeatable (auto: the model's pick)");
   md->add_option("--ef", model.errorFeedback, "Error feedback for lossy codecs");
+  md->add_option("--shape", model.shapes, "A ROWSxCOLS matrix of the gradient, repeatable (replaces --bytes)");
+  md->add_option("--lowrank", model.lowRank, "powersgd: rank=,min_compression=");
   md->add_option("--encode-gbps", model.encodeGBps, "Codec encode speed, GB/s of fp32 (default: measured here)")
       ->check(CLI::PositiveNumber);
   md->add_option("--decode-gbps", model.decodeGBps, "Codec decode speed, GB/s of fp32 (default: measured here)")

@@ -1,5 +1,7 @@
 #include "experiments/model_command.h"
 
+#include "experiments/allreduce_perf_command.h"
+
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -23,7 +25,14 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
   GRADCOMP_CHECK_ARG(o.nodes >= 1 && o.ranksPerNode >= 1, "nodes and ranks per node must be >= 1");
   GRADCOMP_CHECK_ARG(o.bytes >= 4, "gradient bytes must be >= 4");
   const Topology topo{o.nodes, o.ranksPerNode, LinkModel::parse(o.links)};
-  const size_t n = o.bytes / 4;
+  std::vector<MatrixSegment> matrices;
+  uint64_t shapeElements = 0;
+  for (const std::string& s : o.shapes) {
+    const auto [rows, cols] = parseShape(s);
+    matrices.push_back({shapeElements, rows * cols, rows});
+    shapeElements += rows * cols;
+  }
+  const size_t n = matrices.empty() ? o.bytes / 4 : static_cast<size_t>(shapeElements);
   const double compute = o.computeMs * 1e-3;
   const std::vector<std::string> codecs =
       o.codecs.empty() ? std::vector<std::string>{"none", "fp16", "int8", "sign", "topk:ratio=0.01", "randomk:ratio=0.01"}
@@ -45,6 +54,8 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
     c.codec = codec;
     c.errorFeedback = codec == "none" ? "none" : o.errorFeedback;
     c.algorithm = algorithm == "auto" ? pickAlgorithm(kCandidates, c, speeds[codec], n, t) : algorithm;
+    c.lowRank = o.lowRank;
+    c.modelMatrices = matrices;
     return c;
   };
 
@@ -67,12 +78,12 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
   if (o.csv) {
     out << "codec,algorithm,ranks,bytes,wire_ms,codec_ms,allreduce_ms,exposed_ms,efficiency\n";
     for (const auto& r : rows)
-      out << r.codec << ',' << r.algorithm << ',' << topo.ranks() << ',' << o.bytes << ',' << r.p.wireSeconds * 1e3
+      out << r.codec << ',' << r.algorithm << ',' << topo.ranks() << ',' << n * 4 << ',' << r.p.wireSeconds * 1e3
           << ',' << r.p.codecSeconds * 1e3 << ',' << r.p.allreduceSeconds * 1e3 << ',' << r.p.exposedSeconds * 1e3
           << ',' << r.p.efficiency << '\n';
   } else {
     out << "# gradcomp model: " << o.nodes << " nodes x " << o.ranksPerNode << " ranks, " << topo.links.describe()
-        << ", " << o.bytes << " B of gradient, compute " << o.computeMs << " ms/step, overlap " << o.overlap
+        << ", " << n * 4 << " B of gradient" << (matrices.empty() ? "" : " (the --shape matrices)") << ", compute " << o.computeMs << " ms/step, overlap " << o.overlap
         << ", codec speed " << (o.encodeGBps > 0 ? "given" : "measured on this CPU, one thread") << "\n";
     out << std::left << std::setw(22) << "codec" << std::setw(20) << "algorithm" << std::right << std::setw(11)
         << "wire(ms)" << std::setw(11) << "codec(ms)" << std::setw(13) << "allred.(ms)" << std::setw(13)

@@ -22,6 +22,8 @@ struct ModelOptions {
   double encodeGBps = 0, decodeGBps = 0;                   // codec speed in GB/s of fp32; 0: measure here
   std::string scalingCsv;                                  // write efficiency vs world size here
   bool csv = false;
+  std::vector<std::string> shapes;  // "ROWSxCOLS", repeatable: the gradient as these matrices (replaces bytes)
+  std::string lowRank;              // powersgd: rank=,min_compression=
 };
 
 void runModelCommand(const ModelOptions& options, std::ostream& out);

@@ -59,6 +59,16 @@ GradientReducer::GradientReducer(Communicator& comm, const ParameterLayout& layo
   for (size_t b = 0; b < plans_.size(); ++b) {
     algorithms_.push_back(AllreduceAlgorithm::make(plans_[b].config));  // refuses unsupported pairs here
     bufferOf_.emplace_back(plans_[b].elements);
+    segmentsOf_.emplace_back();
+    if (plans_[b].config.algorithm == "powersgd") {
+      // In offset order (the order the tensors are packed): torch's tensor.view(shape[0], -1).
+      std::vector<MatrixSegment>& segs = segmentsOf_.back();
+      for (size_t i = 0; i < plans_[b].tensors.size(); ++i) {
+        const ParameterTensor& t = layout_[plans_[b].tensors[i]];
+        segs.push_back({plans_[b].offsets[i], t.size, t.shape.size() >= 2 ? t.shape[0] : 0});
+      }
+      std::sort(segs.begin(), segs.end(), [](const MatrixSegment& x, const MatrixSegment& y) { return x.offset < y.offset; });
+    }
     for (size_t i = 0; i < plans_[b].tensors.size(); ++i) {
       bucketOfTensor_[plans_[b].tensors[i]] = b;
       slotOfTensor_[plans_[b].tensors[i]] = i;
@@ -163,7 +173,7 @@ void GradientReducer::workerLoop() {
     try {
       const auto t0 = std::chrono::steady_clock::now();
       const AllreduceReport r =
-          algorithms_[b]->run(bufferOf_[b], comm_, AllreduceCall{static_cast<uint32_t>(b), step_, false});
+          algorithms_[b]->run(bufferOf_[b], comm_, AllreduceCall{static_cast<uint32_t>(b), step_, false, 0, segmentsOf_[b]});
       const auto& plan = plans_[b];
       for (size_t i = 0; i < plan.tensors.size(); ++i) {
         const auto& info = layout_[plan.tensors[i]];

@@ -106,6 +106,9 @@ class GradientReducer {
   std::vector<BucketPlan> plans_;
   std::vector<std::unique_ptr<AllreduceAlgorithm>> algorithms_;
   std::vector<std::vector<float>> bufferOf_;
+  // Each bucket's tensors as matrices (rows = the tensor's first dimension), for powersgd's buckets;
+  // empty for the others.
+  std::vector<std::vector<MatrixSegment>> segmentsOf_;
   std::vector<size_t> bucketOfTensor_, slotOfTensor_;
 
   // Per step.

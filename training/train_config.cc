@@ -44,6 +44,7 @@ constexpr Key kKeys[] = {
     {"ef", Kind::String},
     {"algorithm", Kind::String},
     {"inter_algorithm", Kind::String},
+    {"lowrank", Kind::String},
     {"bucket_mb", Kind::Number, 0, 4096, true},
     {"min_compress_elements", Kind::Integer, 0, 1ull << 40},
     {"compress_1d", Kind::Boolean},
@@ -146,6 +147,7 @@ TrainConfig TrainConfig::fromJson(const nlohmann::json& j) {
   read(j, "ef", c.errorFeedback);
   read(j, "algorithm", c.algorithm);
   read(j, "inter_algorithm", c.interAlgorithm);
+  read(j, "lowrank", c.lowRank);
   read(j, "bucket_mb", c.bucketMB);
   read(j, "min_compress_elements", c.minCompressElements);
   read(j, "compress_1d", c.compressOneDimensional);
@@ -161,7 +163,7 @@ TrainConfig TrainConfig::fromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json TrainConfig::toJson() const {
-  return {{"name", name},
+  nlohmann::json j = {{"name", name},
           {"model", model},
           {"dataset", dataset},
           {"data_dir", dataDir},
@@ -189,6 +191,9 @@ nlohmann::json TrainConfig::toJson() const {
           {"stop_after", stopAfter},
           {"model_links", modelLinks},
           {"bucket_overrides", bucketOverrides}};
+  // Only when set: the configs (and config_sha256 of stored runs) of every other algorithm stay as they were.
+  if (!lowRank.empty()) j["lowrank"] = lowRank;
+  return j;
 }
 
 void TrainConfig::validate() const {

@@ -34,6 +34,7 @@ struct TrainConfig {
   std::string errorFeedback = "none";
   std::string algorithm = "default";  // default: ring where the codec allows it, else allgather
   std::string interAlgorithm = "ring";
+  std::string lowRank;  // algorithm powersgd: "rank=2,start_iter=10,..." (collectives/powersgd_allreduce.cc)
   double bucketMB = 25;
   size_t minCompressElements = 1024;
   bool compressOneDimensional = false;

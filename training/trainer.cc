@@ -194,6 +194,7 @@ AllreduceConfig TrainingRun::lossyConfig(const TrainConfig& c) {
   lossy.codec = c.codec;
   lossy.errorFeedback = c.errorFeedback;
   lossy.interAlgorithm = c.interAlgorithm;
+  lossy.lowRank = c.lowRank;
   lossy.op = ReduceOp::Average;
   return lossy;
 }

@@ -62,7 +62,7 @@ void powerSgdSteps(const FloatsIn& grads, uint64_t steps, uint64_t ranks, uint64
 void powerSgdInitialQInto(uint64_t seed, uint32_t tensorId, uint64_t cols, uint64_t rank, const FloatsOut& out) {
   GRADCOMP_CHECK_ARG(out.size() == cols * rank, "powersgd_initial_q: out holds ", out.size(), " values, need ",
                      cols * rank);
-  const std::vector<float> q = powerSgdInitialQ(seed, tensorId, cols, rank);
+  const std::vector<float> q = powerSgdInitialQ(seed, tensorId, 0, cols, rank);
   std::copy(q.begin(), q.end(), out.data());
 }
 
@@ -73,7 +73,7 @@ std::pair<double, double> powerSgdMathSeconds(const FloatsIn& matrix, uint64_t r
   GRADCOMP_CHECK_ARG(rows >= 1 && matrix.size() % rows == 0 && rank >= 1 && repeats >= 1 && repeats <= 1000,
                      "powersgd_math_seconds: a rows x cols matrix, rank >= 1, repeats in [1, 1000]");
   const uint64_t cols = matrix.size() / rows;
-  std::vector<float> q = powerSgdInitialQ(1, 0, cols, rank), p(rows * rank), out(rows * cols);
+  std::vector<float> q = powerSgdInitialQ(1, 0, 0, cols, rank), p(rows * rank), out(rows * cols);
   std::vector<double> compress, decompress;
   nb::gil_scoped_release release;
   for (int i = 0; i < repeats; ++i) {

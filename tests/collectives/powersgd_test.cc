@@ -70,7 +70,7 @@ TEST(PowerSgd, MatchesTheSerialMathOverStepsWithWarmStartAndErrorFeedback) {
   const uint64_t rows = 40, cols = 24, r = 2;
   const auto got = runSteps(powerSgd("rank=2,epsilon=1e-8"), ranks, rows, cols, steps);
   // The serial reference: the same steps on all ranks' matrices at once.
-  std::vector<float> q = powerSgdInitialQ(9, 7, cols, r);
+  std::vector<float> q = powerSgdInitialQ(9, 7, 0, cols, r);
   std::vector<std::vector<float>> e(ranks, std::vector<float>(rows * cols, 0.0f));
   for (int s = 0; s < steps; ++s) {
     std::vector<std::vector<float>> m(ranks);

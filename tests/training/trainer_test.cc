@@ -116,6 +116,28 @@ TEST(Trainer, ResumeIsBitwiseIdenticalForOneBitAdamAcrossItsWarmup) {
   expectResumeIsBitwiseIdentical(c, "onebit");
 }
 
+TEST(Trainer, ResumeIsBitwiseIdenticalForPowerSgdWithItsWarmStartAndResiduals) {
+  TrainConfig c = smallConfig();
+  c.algorithm = "powersgd";
+  c.lowRank = "rank=2,start_iter=3";
+  c.codec = "none";
+  c.errorFeedback = "ef";
+  expectResumeIsBitwiseIdentical(c, "powersgd");
+}
+
+TEST(Trainer, PowerSgdCompressesTheMatricesOfEachBucketAndLearns) {
+  TrainConfig c = smallConfig();
+  c.algorithm = "powersgd";
+  c.lowRank = "rank=2";
+  c.codec = "none";
+  c.errorFeedback = "ef";
+  c.bucketMB = 25;  // one bucket holding every weight matrix: each compressed on its own
+  const auto r = trainAll(c, loadTrainingData(c));
+  for (const auto& rank : r) EXPECT_EQ(rank.parameters, r[0].parameters);
+  EXPECT_GT(r[0].summary.at("compression_ratio").get<double>(), 3.0);
+  EXPECT_LT(r[0].metrics.back().loss, r[0].metrics.front().loss);
+}
+
 TEST(Trainer, OneBitAdamSendsSignBytesAfterWarmupAndStillLearns) {
   TrainConfig c = smallConfig();
   c.optimizer = "onebit-adam:lr=0.01,warmup=10";
