@@ -8,5 +8,6 @@ with error feedback over torch.distributed's own process groups (gloo on the CPU
 
 from .ddp import DDPState, ddp_hook
 from .fsdp import CompressedReduceScatter, compress_fsdp
+from .powersgd import PowerSGDState, powersgd_hook
 
-__all__ = ["CompressedReduceScatter", "DDPState", "compress_fsdp", "ddp_hook"]
+__all__ = ["CompressedReduceScatter", "DDPState", "PowerSGDState", "compress_fsdp", "ddp_hook", "powersgd_hook"]

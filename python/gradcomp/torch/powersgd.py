@@ -1,0 +1,213 @@
+"""PowerSGD as a DDP communication hook, with its state keyed by parameter name.
+
+    import gradcomp.torch as gt
+    state = gt.PowerSGDState(ddp, rank=2, start_iter=10, error_feedback="ef")
+    ddp.register_comm_hook(state, gt.powersgd_hook)
+
+The math is the one gradcomp's C++ `powersgd` all-reduce runs and torch's powerSGD_hook computes (tested
+equal in tests/python/test_powersgd.py): per parameter viewed as shape[0] x rest, M = G + E, Q orthogonalized
+(warm start), P = M Q summed over ranks and orthogonalized, Q = M^T P summed and divided by the world size,
+the mean approximation P Q^T written back, E = M - P Q^T. Parameters that are vectors, or would not shrink by
+`min_compression` ((rows + cols) rank x min_compression > rows cols), and every step before `start_iter`,
+go as exact fp32 means. A bucket costs one all-reduce of its exact parameters, one of all its P and one of
+all its Q.
+
+What it does that torch's hook does not: Q and the residuals are kept by parameter name, so state_dict() /
+load_state_dict() resume bitwise on a new DDP instance even when DDP rebuilds its buckets or
+bucket_cap_mb changes (torch keys them by bucket index); the initial Q comes from gradcomp's Philox stream
+(gradcomp._C.powersgd_initial_q), identical on every rank without a shared torch generator; and the ranks
+check that they run one configuration before the first step.
+"""
+
+import datetime
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import _C
+from ._agreement import check_ranks_agree
+from .ddp import _value_or_raise
+
+_FORMAT = "gradcomp.powersgd_state/1"
+
+
+def _orthogonalize(m: torch.Tensor, epsilon: float) -> None:
+    """Gram-Schmidt on the columns of m (rows x r) in place: col /= ||col|| + eps, then its projection
+    removed from the later columns (torch's _orthogonalize_gram_schmidt; gradcomp's cpu::orthogonalizeColumns)."""
+    for i in range(m.shape[1]):
+        col = m[:, i:i + 1]
+        norm = torch.linalg.vector_norm(col)
+        if epsilon == 0 and norm == 0:
+            col.zero_()
+        else:
+            col /= norm + epsilon
+        if i + 1 < m.shape[1]:
+            rest = m[:, i + 1:]
+            rest -= torch.sum(col * rest, dim=0, keepdim=True) * col
+
+
+class PowerSGDState:
+    """Arguments:
+
+    module          the DDP model (or the module it wraps): parameter names key Q and the residuals
+    rank            the approximation rank r
+    start_iter      iterations before this one are exact fp32 all-reduces
+    min_compression a parameter is compressed when rows x cols >= min_compression x (rows + cols) x r
+    epsilon         the orthogonalization's epsilon
+    error_feedback  "ef" (the residual M - P Q^T is added to the next gradient) or "none"
+    seed            the initial Q's seed (shared by all ranks)
+    process_group   the group to reduce over (default: the default group)
+    timeout         the deadline of the configuration check
+    """
+
+    def __init__(self, module: Optional[torch.nn.Module], *, rank: int = 1, start_iter: int = 0,
+                 min_compression: float = 2.0, epsilon: float = 1e-8, error_feedback: str = "ef", seed: int = 0,
+                 process_group: Optional[dist.ProcessGroup] = None,
+                 timeout: datetime.timedelta = datetime.timedelta(minutes=5)):
+        for name, value, lo in (("rank", rank, 1), ("start_iter", start_iter, 0), ("seed", seed, 0)):
+            if not isinstance(value, int) or value < lo or value >= 2**63:
+                raise _C.InvalidArgument(f"PowerSGDState: {name} must be an integer >= {lo}, got {value!r}")
+        if not (min_compression >= 0 and min_compression < 1e9):
+            raise _C.InvalidArgument(f"PowerSGDState: min_compression must be in [0, 1e9), got {min_compression!r}")
+        if not (epsilon >= 0 and epsilon <= 1):
+            raise _C.InvalidArgument(f"PowerSGDState: epsilon must be in [0, 1], got {epsilon!r}")
+        if error_feedback not in ("none", "ef"):
+            raise _C.InvalidArgument(f"PowerSGDState: error_feedback must be 'none' or 'ef', got {error_feedback!r}")
+        self.rank, self.start_iter, self.min_compression = rank, start_iter, float(min_compression)
+        self.epsilon, self.error_feedback, self.seed = float(epsilon), error_feedback, seed
+        self.process_group, self.timeout = process_group, timeout
+        self.iter = 0
+        self.q: dict[str, torch.Tensor] = {}
+        self.residuals: dict[str, torch.Tensor] = {}
+        self.last_stats: dict = {}
+        self._names: dict[int, str] = {}
+        self._ids: dict[str, int] = {}
+        self._checked = False
+        if module is not None:
+            self.attach(module)
+
+    def attach(self, module: torch.nn.Module) -> "PowerSGDState":
+        inner = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
+        named = list(inner.named_parameters())
+        self._names = {p.data_ptr(): n for n, p in named}
+        self._ids = {n: i for i, (n, _) in enumerate(named)}  # the parameter's index keys its initial Q
+        return self
+
+    def config(self) -> dict:
+        return {"rank": self.rank, "start_iter": self.start_iter, "min_compression": self.min_compression,
+                "epsilon": self.epsilon, "error_feedback": self.error_feedback, "seed": self.seed,
+                "world_size": dist.get_world_size(self.process_group)}
+
+    def state_dict(self) -> dict:
+        return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
+                "q": {k: v.detach().cpu().clone() for k, v in self.q.items()},
+                "residuals": {k: v.detach().cpu().clone() for k, v in self.residuals.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("format") != _FORMAT:
+            raise _C.InvalidArgument(f"PowerSGDState.load_state_dict: not a gradcomp PowerSGD state (format "
+                                     f"{sd.get('format')!r}, expected {_FORMAT!r})")
+        mine, theirs = self.config(), sd["config"]
+        diffs = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in mine if theirs.get(k) != mine[k]]
+        if diffs:
+            raise _C.InvalidArgument("PowerSGDState.load_state_dict: the checkpoint was made with another "
+                                     "configuration (" + "; ".join(diffs) + ")")
+        self.iter = int(sd["iter"])
+        self.q = {k: v.clone() for k, v in sd["q"].items()}
+        self.residuals = {k: v.clone() for k, v in sd["residuals"].items()}
+
+    def _initial_q(self, name: str, cols: int, r: int, device) -> torch.Tensor:
+        import numpy as np
+
+        q = np.empty(cols * r, dtype=np.float32)
+        _C.powersgd_initial_q(self.seed, self._ids[name], cols, r, q)
+        return torch.from_numpy(q).view(cols, r).to(device)
+
+    def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
+        group, world = self.process_group, dist.get_world_size(self.process_group)
+        buffer = bucket.buffer()
+        if not self._checked:
+            check_ranks_agree(self.config(), group, self.timeout, "gradcomp powersgd_hook", buffer.device)
+            self._checked = True
+        step = self.iter
+        if bucket.is_last():
+            self.iter += 1
+        if step < self.start_iter:
+            dist.all_reduce(buffer, group=group)
+            buffer.div_(world)
+            self.last_stats = {"step": step, "compressed": 0, "elements_sent": buffer.numel()}
+            return buffer
+        exact, parts = [], []
+        for grad, param in zip(bucket.gradients(), bucket.parameters()):
+            name = self._names.get(param.data_ptr())
+            if name is None:
+                raise _C.InvalidArgument("gradcomp powersgd_hook: a bucket holds a parameter the state does not "
+                                         "know; build the state with the DDP model, or attach() it after torch.load")
+            rows = grad.shape[0] if grad.dim() >= 2 else 0
+            cols = grad.numel() // rows if rows else 0
+            r = min(self.rank, rows, cols)
+            if rows > 1 and cols > 1 and (rows + cols) * r * self.min_compression <= rows * cols:
+                parts.append((name, grad, rows, cols, r))
+            else:
+                exact.append(grad)
+        if exact:
+            flat = torch.cat([g.reshape(-1) for g in exact])
+            dist.all_reduce(flat, group=group)
+            flat.div_(world)
+            at = 0
+            for g in exact:
+                g.copy_(flat[at:at + g.numel()].view_as(g))
+                at += g.numel()
+        if parts:
+            ms, ps, qs = [], [], []
+            for name, grad, rows, cols, r in parts:
+                m = grad.reshape(rows, cols).clone()
+                if self.error_feedback == "ef" and name in self.residuals:
+                    m += self.residuals[name].to(m.device)
+                q = self.q.get(name)
+                if q is None or q.shape != (cols, r):
+                    q = self._initial_q(name, cols, r, m.device)
+                q = q.to(m.device)
+                _orthogonalize(q, self.epsilon)
+                ms.append(m)
+                qs.append(q)
+                ps.append(m @ q)
+            p_all = torch.cat([p.reshape(-1) for p in ps])
+            dist.all_reduce(p_all, group=group)
+            at = 0
+            for i, p in enumerate(ps):
+                ps[i] = p_all[at:at + p.numel()].view_as(p)
+                at += p.numel()
+                _orthogonalize(ps[i], self.epsilon)
+            q_all = torch.cat([(m.T @ p).reshape(-1) for m, p in zip(ms, ps)])
+            dist.all_reduce(q_all, group=group)
+            q_all.div_(world)
+            at = 0
+            for (name, grad, rows, cols, r), m, p in zip(parts, ms, ps):
+                q = q_all[at:at + cols * r].view(cols, r)
+                at += cols * r
+                approx = p @ q.T
+                grad.copy_(approx.view_as(grad))
+                self.q[name] = q.clone()
+                if self.error_feedback == "ef":
+                    self.residuals[name] = m - approx
+        self.last_stats = {"step": step, "compressed": len(parts),
+                           "elements_sent": sum(g.numel() for g in exact) +
+                           sum((rows + cols) * r for _, _, rows, cols, r in parts)}
+        return buffer
+
+
+# No `from __future__ import annotations` here: DDP checks that the hook's annotations are the
+# dist.GradBucket and Future[torch.Tensor] types themselves, not their names.
+def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook: register with ddp.register_comm_hook(state, powersgd_hook). The
+    collectives run on the calling thread (backward's), one bucket after another."""
+    fut: torch.futures.Future = torch.futures.Future()
+    try:
+        fut.set_result(state._reduce(bucket))
+    except Exception as e:
+        fut.set_exception(e)
+    # DDP reads the Future from C++, which sees a set_exception as a value; re-raising in a callback makes it
+    # an error that backward() raises with this message (as gradcomp's ddp_hook does).
+    return fut.then(_value_or_raise)
