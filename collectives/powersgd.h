@@ -8,7 +8,7 @@
 
 namespace gradcomp {
 
-// The cols x rank row-major matrix of standard normals (Philox, Box-Muller) that matrix `segment` of
+// The cols x rank row-major matrix of (approximately) standard normals from Philox that matrix `segment` of
 // tensor (bucket) `tensorId` starts from, before its first orthogonalization; the same on every rank
 // for the same seed.
 std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint32_t segment, uint64_t cols, uint64_t rank);

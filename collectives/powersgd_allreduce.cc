@@ -61,11 +61,13 @@ struct TensorState {
   std::vector<float> residual;  // rows x cols (error feedback)
 };
 
-// A standard normal from two Philox words (Box-Muller): the warm start's initial Q.
+// An approximately standard normal value from twelve Philox uniforms (their sum minus 6: mean 0, variance
+// 1), in plain fp32 arithmetic, so the initial Q has the same bits on every machine (no libm log / cos).
+// Q is orthogonalized before use, so only its direction's randomness matters.
 float normalFrom(const scalar::RngStream& s, uint64_t i) {
-  const float u1 = (static_cast<float>(s.word(2 * i) >> 8) + 0.5f) * 0x1p-24f;
-  const float u2 = static_cast<float>(s.word(2 * i + 1) >> 8) * 0x1p-24f;
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
+  float sum = 0.0f;
+  for (uint64_t t = 0; t < 12; ++t) sum += scalar::uniform01(s.word(12 * i + t));
+  return sum - 6.0f;
 }
 
 class PowerSgdAllreduce final : public AllreduceAlgorithm {

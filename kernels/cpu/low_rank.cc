@@ -1,46 +1,103 @@
 #include "kernels/cpu/low_rank.h"
 
-#include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace gradcomp::cpu {
 namespace {
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMajor>;
-using Map = Eigen::Map<RowMajor>;
+// Every sum below runs in an order fixed by this source: a long sum in kLanes interleaved partial sums
+// (lane l takes elements l, l + kLanes, ...) added pairwise at the end, or a plain loop in index order.
+// No reassociation is allowed (no -ffast-math, -ffp-contract=off), so whatever vector width the compiler
+// uses, the bits are the same on every x86-64 CPU and build, as the codecs' and the models' math.
+constexpr size_t kLanes = 8;
+
+float laneSum(const float (&lane)[kLanes]) {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// sum_j a[j] * b[j] over n, in kLanes interleaved partial sums.
+float dot(const float* a, const float* b, size_t n) {
+  float lane[kLanes] = {};
+  size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (size_t l = 0; l < kLanes; ++l) lane[l] += a[j + l] * b[j + l];
+  for (size_t l = 0; j < n; ++j, ++l) lane[l] += a[j] * b[j];
+  return laneSum(lane);
+}
+
+// Column c of a row-major rows x cols matrix, copied contiguous (and back).
+void gather(const float* a, size_t rows, size_t cols, size_t c, float* out) {
+  for (size_t i = 0; i < rows; ++i) out[i] = a[i * cols + c];
+}
+void scatter(const float* col, size_t rows, size_t cols, size_t c, float* a) {
+  for (size_t i = 0; i < rows; ++i) a[i * cols + c] = col[i];
+}
 
 }  // namespace
 
 void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) {
-  Map(c, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(r)).noalias() =
-      ConstMap(a, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(m)) *
-      ConstMap(b, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(r));
+  // C[i][k] = dot(A row i, B column k): B's columns transposed once so both operands are contiguous.
+  std::vector<float> bt(r * m);
+  for (size_t j = 0; j < m; ++j)
+    for (size_t k = 0; k < r; ++k) bt[k * m + j] = b[j * r + k];
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < r; ++k) c[i * r + k] = dot(a + i * m, bt.data() + k * m, m);
 }
 
 void matmulTransposedA(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) {
-  Map(c, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(r)).noalias() =
-      ConstMap(a, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(m)).transpose() *
-      ConstMap(b, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(r));
+  // C[j][k] = sum over i in order of A[i][j] B[i][k]: A streamed once, row by row, into r accumulator rows
+  // of m (the loop over j is independent per j, so it vectorizes without changing any sum's order).
+  std::vector<float> acc(r * m, 0.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const float* row = a + i * m;
+    for (size_t k = 0; k < r; ++k) {
+      const float bk = b[i * r + k];
+      float* out = acc.data() + k * m;
+      for (size_t j = 0; j < m; ++j) out[j] += row[j] * bk;
+    }
+  }
+  for (size_t j = 0; j < m; ++j)
+    for (size_t k = 0; k < r; ++k) c[j * r + k] = acc[k * m + j];
 }
 
 void matmulTransposedB(const float* a, size_t n, size_t r, const float* b, size_t m, float* c) {
-  Map(c, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(m)).noalias() =
-      ConstMap(a, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(r)) *
-      ConstMap(b, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(r)).transpose();
+  // C[i][j] = sum over k in order of A[i][k] B[j][k]; B's columns transposed once.
+  std::vector<float> bt(r * m);
+  for (size_t j = 0; j < m; ++j)
+    for (size_t k = 0; k < r; ++k) bt[k * m + j] = b[j * r + k];
+  for (size_t i = 0; i < n; ++i) {
+    float* out = c + i * m;
+    const float a0 = a[i * r];
+    for (size_t j = 0; j < m; ++j) out[j] = a0 * bt[j];
+    for (size_t k = 1; k < r; ++k) {
+      const float ak = a[i * r + k];
+      const float* bk = bt.data() + k * m;
+      for (size_t j = 0; j < m; ++j) out[j] += ak * bk[j];
+    }
+  }
 }
 
 void orthogonalizeColumns(float* a, size_t rows, size_t cols, float epsilon) {
-  Map m(a, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-  for (Eigen::Index i = 0; i < m.cols(); ++i) {
-    const float norm = m.col(i).norm();
+  std::vector<float> ci(rows), cj(rows);
+  for (size_t i = 0; i < cols; ++i) {
+    gather(a, rows, cols, i, ci.data());
+    const float norm = std::sqrt(dot(ci.data(), ci.data(), rows));
     // torch: without an epsilon a zero column would be 0/0; it fills it with zeros instead.
     if (epsilon == 0.0f && norm == 0.0f) {
-      m.col(i).setZero();
+      std::fill(ci.begin(), ci.end(), 0.0f);
     } else {
-      m.col(i) /= norm + epsilon;
+      const float d = norm + epsilon;
+      for (float& v : ci) v /= d;
     }
-    for (Eigen::Index j = i + 1; j < m.cols(); ++j) m.col(j) -= m.col(i).dot(m.col(j)) * m.col(i);
+    scatter(ci.data(), rows, cols, i, a);
+    for (size_t j = i + 1; j < cols; ++j) {
+      gather(a, rows, cols, j, cj.data());
+      const float p = dot(ci.data(), cj.data(), rows);
+      for (size_t t = 0; t < rows; ++t) cj[t] -= p * ci[t];
+      scatter(cj.data(), rows, cols, j, a);
+    }
   }
 }
 

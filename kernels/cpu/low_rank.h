@@ -1,11 +1,13 @@
-// The dense math of PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) on row-major fp32 matrices,
-// through Eigen: the two products P = M Q and Q = M^T P, the approximation M' = P Q^T, and the
-// Gram-Schmidt orthogonalization with an epsilon that torch's powerSGD_hook uses
-// (col /= ||col|| + eps, then the column's projection removed from the later columns).
+// The dense math of PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) on row-major fp32 matrices: the
+// two products P = M Q and Q = M^T P, the approximation M' = P Q^T, and the Gram-Schmidt orthogonalization
+// with an epsilon that torch's powerSGD_hook uses (col /= ||col|| + eps, then the column's projection
+// removed from the later columns).
 //
-// Eigen picks its kernels at compile time, so one binary gives the same bits on every run and every rank
-// (ranks of one job run one binary); two builds for different ISAs may differ in the last bits of a
-// product, unlike the codecs (whose golden hashes hold on every build).
+// Every sum runs in an order fixed by the source (low_rank.cc), so the bits are the same on every x86-64
+// CPU and build (AVX2 or AVX-512), as the codecs' and the models' math: a general BLAS (Eigen's, MKL's)
+// picks its summation order by ISA, and a trained model would then depend on the machine. The products
+// PowerSGD needs are tall and skinny (r <= a few dozen), so they are bound by reading M, which these loops
+// do once per product, vectorized (scripts/bench-powersgd puts them beside torch's).
 #pragma once
 
 #include <cstddef>
