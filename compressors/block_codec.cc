@@ -259,12 +259,12 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
     for (uint64_t t = t0; t < t1; ++t) {
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
-      const uint64_t b = firstNonFinite(in.subspan(begin, count));
+      const uint64_t b = encodeTileChecked(h, in.data() + begin, begin, count, payload, ctx, saturated[thread],
+                                           stream && count == tile);
       if (b != EncodeResult::kNoIndex) {
         bad[thread] = begin + b;
         break;
       }
-      encodeTile(h, in.data() + begin, begin, count, payload, ctx, saturated[thread], stream && count == tile);
     }
     if (stream) cpu::fenceStreamedStores();  // once per thread, after its last streamed tile
   });
@@ -469,6 +469,15 @@ void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, st
 uint64_t BlockCodec::DeviceCheck::blocks() const { return h.blockSize ? ceilDiv(h.numElements, uint64_t{h.blockSize}) : 0; }
 
 uint32_t BlockCodec::paramFor(const float*, const float*, uint64_t, const ExecContext&) const { return formatParam(); }
+
+uint64_t BlockCodec::encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count,
+                                       std::byte* payload, const EncodeContext& ctx, uint64_t& saturated,
+                                       bool streamOut) const {
+  const uint64_t b = firstNonFinite(std::span<const float>(x, count));
+  if (b != EncodeResult::kNoIndex) return b;
+  encodeTile(h, x, begin, count, payload, ctx, saturated, streamOut);
+  return EncodeResult::kNoIndex;
+}
 
 void BlockCodec::launchEncodeOnDevice(const DeviceEncode&) const {
   GRADCOMP_THROW(BackendUnavailable, "codec '", name(), "' has no CUDA encode");

@@ -86,6 +86,12 @@ class BlockCodec : public Compressor {
   // with non-temporal stores (whole tiles are 16-byte aligned).
   virtual void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                           const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const = 0;
+  // encodeTile after the tile's NaN/Inf scan: returns the first non-finite element's index in the tile
+  // (kNoIndex if none; the payload is then unspecified, as the encode fails). Codecs that see every
+  // value's magnitude anyway (a block maximum) override it to find NaN/Inf there, in the same pass.
+  virtual uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count,
+                                     std::byte* payload, const EncodeContext& ctx, uint64_t& saturated,
+                                     bool streamOut) const;
   // The fused error-feedback step for one tile: encodeTile, then residualOut[i] = c[i] - decoded[i]
   // (bit for bit what decodeTile and a subtraction give). Codecs whose encoder holds the decoded value
   // in a register override it; `scratch` holds `count` floats.

@@ -67,14 +67,22 @@ class MxCodec final : public BlockCodec {
                    flags, " (", family_.count == 1 ? "only 0 (e2m1)" : "0 or 1", " accepted)");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // The NaN/Inf scan is the block maximum's: one pass over the tile, not two.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t& saturated, bool) const override {
     const Sections sec = sections(h);
     const int bits = bitsOf(h);
     auto* scaleCodes = reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize;
     auto* packed = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits / 8;
     uint8_t* codes = bits == 8 ? packed : scratchCodes(count);
-    saturated += cpu::encodeMxBlocks(x, count, h.blockSize, formatOf(h), codes, scaleCodes);
+    uint64_t bad = EncodeResult::kNoIndex;
+    saturated += cpu::encodeMxBlocks(x, count, h.blockSize, formatOf(h), codes, scaleCodes, &bad);
+    if (bad != EncodeResult::kNoIndex) return bad;
     if (bits != 8) cpu::packBits(codes, count, bits, packed);
+    return EncodeResult::kNoIndex;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

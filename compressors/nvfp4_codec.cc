@@ -57,12 +57,20 @@ class Nvfp4Codec final : public BlockCodec {
     GRADCOMP_CHECK(flags == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // The NaN/Inf scan is the block maximum's: one pass over the tile, not two.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t& saturated, bool) const override {
     const Sections sec = sections(h);
     uint8_t* codes = scratchCodes(count);
+    uint64_t bad = EncodeResult::kNoIndex;
     saturated += cpu::encodeNvfp4Blocks(x, count, h.blockSize, scalar::bitsToFloat(h.param), codes,
-                                        reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize);
+                                        reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize, &bad);
+    if (bad != EncodeResult::kNoIndex) return bad;
     cpu::packBits(codes, count, 4, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
+    return EncodeResult::kNoIndex;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

@@ -74,6 +74,10 @@ void decodeScaled(const uint8_t* codes, size_t n, const float* value, float fact
 // length known at compile time (the formats' standard 16 and 32), so the loop is one straight vector
 // sequence instead of a runtime-length loop that the vectorizer versions and, at 16-32 elements,
 // leaves to its scalar tail.
+// Codes of one block: codes[i] = lane(x[i] op factor), returning the saturations. kLen > 0: the block's
+// length known at compile time (the formats' standard 16 and 32), so the loop is one straight vector
+// sequence instead of a runtime-length loop that the vectorizer versions and, at 16-32 elements,
+// leaves to its scalar tail.
 template <int kLen, bool kDivide>
 uint32_t blockCodes(const float* __restrict x, size_t len, float factor, const ElementLane& lane,
                     uint8_t* __restrict codes) {
@@ -96,13 +100,24 @@ uint32_t blockCodesAnyLength(const float* x, size_t len, float factor, const Ele
 
 }  // namespace
 
+// The first NaN/Inf of a block whose maximum magnitude bits reached Inf's.
+static bool nonFiniteIn(const float* x, size_t b0, size_t len, float amax, uint64_t* firstBad) {
+  if (isFiniteBits(floatBits(amax))) return false;
+  size_t i = 0;
+  while (i < len && isFiniteBits(absBits(x[b0 + i]))) ++i;
+  if (firstBad) *firstBad = b0 + i;
+  return true;
+}
+
 uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* codes,
-                        uint8_t* scaleCodes) {
+                        uint8_t* scaleCodes, uint64_t* firstBad) {
   const ElementLane lane(elementSpec(fmt));
   uint64_t saturated = 0;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
-    const uint8_t scaleCode = mxSharedScaleCode(blockAmax(x + b0, len), lane.s);
+    const float amax = blockAmax(x + b0, len);
+    if (nonFiniteIn(x, b0, len, amax, firstBad)) return saturated;
+    const uint8_t scaleCode = mxSharedScaleCode(amax, lane.s);
     scaleCodes[block] = scaleCode;
     // x / 2^e as a product with 2^-e: exact (a power of two, and x / X < 2^(emax + 1) never overflows).
     saturated += blockCodesAnyLength<false>(x + b0, len, mxInverseScale(scaleCode), lane, codes + b0);
@@ -114,20 +129,23 @@ void decodeMxBlock(const uint8_t* codes, size_t n, ElementFormat fmt, uint8_t sc
   decodeScaled(codes, n, tableOf(fmt).value, e8m0ToFloat(scaleCode), out, accumulate);
 }
 
-uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes) {
+uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes,
+                           uint64_t* firstBad) {
   const ElementLane lane(elementSpec(ElementFormat::E2M1));
   uint64_t saturated = 0;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
-    const uint8_t scaleCode = nvfp4BlockScaleCode(blockAmax(x + b0, len), t);
+    const float amax = blockAmax(x + b0, len);
+    if (nonFiniteIn(x, b0, len, amax, firstBad)) return saturated;
+    const uint8_t scaleCode = nvfp4BlockScaleCode(amax, t);
     scaleCodes[block] = scaleCode;
     const float factor = nvfp4BlockFactor(scaleCode, t);
     if (factor == 0.0f) {  // the block is below E4M3's smallest scale: every value decodes to 0
       std::fill(codes + b0, codes + b0 + len, uint8_t{0});
-      continue;
+    } else {
+      // Divided, not multiplied by a reciprocal: the definition's rounding.
+      saturated += blockCodesAnyLength<true>(x + b0, len, factor, lane, codes + b0);
     }
-    // Divided, not multiplied by a reciprocal: the definition's rounding.
-    saturated += blockCodesAnyLength<true>(x + b0, len, factor, lane, codes + b0);
   }
   return saturated;
 }

@@ -13,15 +13,18 @@ namespace gradcomp::cpu {
 
 // Consecutive blocks of x (the last may be short): one E8M0 scale code per block in scaleCodes[], one
 // element code per value; returns the saturations (|x / X| at or past the format's overflow midpoint).
+// A block maximum at or past Inf means NaN/Inf in the block: *firstBad (when given) is set to the first
+// such index and the encode stops (the codes are then unspecified).
 uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* codes,
-                        uint8_t* scaleCodes);
+                        uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 // out[i] (=|+=) element(codes[i]) x 2^(scaleCode - 127), for one block.
 void decodeMxBlock(const uint8_t* codes, size_t n, scalar::ElementFormat fmt, uint8_t scaleCode, float* out,
                    bool accumulate);
 
 // NVFP4 with the tensor's decode scale t (scalar::nvfp4TensorScale of the tensor's amax): 4-bit E2M1
 // codes and one E4M3 scale code per block; returns the saturations.
-uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes);
+uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes,
+                           uint64_t* firstBad = nullptr);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
 // max |x| (exact: an integer max of the magnitude bits); >= Inf when x holds Inf or NaN.
