@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -127,6 +128,14 @@ RotationSection readRotationSection(const std::byte* payload, const char* codec)
     GRADCOMP_CHECK(payload[i] == std::byte{0}, DecodeError, codec, ": rotation section byte ", i,
                    " must be zero (reserved)");
   return r;
+}
+
+// Per-thread scratch of the rotated codecs (slot 0: the rotated values, 1: the rotated residual), at
+// least n floats, reused across calls.
+std::vector<float>& rotationScratch(int slot, uint64_t n) {
+  thread_local std::vector<float> buffers[2];
+  if (buffers[slot].size() < n) buffers[slot].resize(n);
+  return buffers[slot];
 }
 
 // 2^e for e in [-127, 127] as a float (2^-127 is subnormal but exact).
@@ -360,8 +369,7 @@ void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::
 EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<const float> residualIn,
                                         std::span<float> residualOut, std::span<std::byte> wire,
                                         const EncodeContext& ctx, const ExecContext& exec) const {
-  GRADCOMP_CHECK(rotationLog2_ == 0, BackendUnavailable, name(),
-                 ": rotate=hadamard runs on host buffers only (the rotation has no CUDA kernel yet)");
+  if (rotationLog2_) return encodeRotatedOnDevice(grad, residualIn, residualOut, wire, ctx, exec);
   const WireHeader h =
       headerFor(grad.size(), paramFor(grad.data(), residualIn.empty() ? nullptr : residualIn.data(), grad.size(), exec));
   return cudapath::encodeBlock(h, sections(h), cudapath::EncodeBuffers::of(grad, residualIn, residualOut, wire), ctx,
@@ -370,18 +378,82 @@ EncodeResult BlockCodec::encodeOnDevice(std::span<const float> grad, std::span<c
 
 void BlockCodec::decodeOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                                 const ExecContext& exec) const {
-  GRADCOMP_CHECK(!isRotated(h), BackendUnavailable, name(),
-                 ": a rotated wire (rotate=hadamard) decodes on host buffers only (the rotation has no CUDA kernel yet)");
-  const Sections sec = sections(h);
-  if (cudapath::blockPayloadHasInvalid(h, sec, payload, scaleRule(h), exec,
+  if (isRotated(h)) return decodeRotatedOnDevice(h, payload, out, mode, exec);
+  checkPayloadOnDevice(h, payload, exec);
+  cudapath::decodeBlock(h, sections(h), payload, out.data(), mode == DecodeMode::Accumulate, exec,
+                        [this](const DeviceDecode& d) { launchDecodeOnDevice(d); });
+}
+
+void BlockCodec::checkPayloadOnDevice(const WireHeader& h, const std::byte* payload, const ExecContext& exec) const {
+  if (cudapath::blockPayloadHasInvalid(h, sections(h), payload, scaleRule(h), exec,
                                        [this](const DeviceCheck& d) { launchCheckOnDevice(d); })) {
     const cudapath::HostPayloadCopy host(payload, h.payloadBytes, exec);
     validatePayload(h, host.get());  // throws the CPU path's DecodeError
     GRADCOMP_THROW(DecodeError, name(), ": the device check rejected the payload but the host copy passed; was the "
                    "wire buffer modified while it was being decoded?");
   }
-  cudapath::decodeBlock(h, sec, payload, out.data(), mode == DecodeMode::Accumulate, exec,
+}
+
+// The rotation on CUDA buffers: the CPU's steps (encodeRotated / decodeRotated) with the device kernels,
+// so the wire holds the CPU's bytes. c = g (+ e) is formed on the device and checked finite; its rotated
+// copy y is what the codec's kernels encode; the residual comes back from the rotated domain.
+EncodeResult BlockCodec::encodeRotatedOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                                               std::span<float> residualOut, std::span<std::byte> wire,
+                                               const EncodeContext& ctx, const ExecContext& exec) const {
+  const uint64_t n = grad.size(), rb = uint64_t{1} << rotationLog2_;
+  cudapath::DeviceFloats y(n, exec);
+  cudapath::addOnDevice(grad.data(), residualIn.empty() ? nullptr : residualIn.data(), n, y.get(), exec);
+  EncodeResult r;
+  r.nonFiniteIndex = cudapath::firstNonFinite(y.get(), n, exec);
+  if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
+  const float amax = cudapath::absMaxOnDevice(y.get(), n, exec);
+  const int k = amax >= 0x1p100f ? scalar::floorLog2(amax) - 99 : 0;
+  const RotationSection section{{ctx.seed, ctx.step, ctx.tensorId}, k};
+  cudapath::rotateOnDevice(y.get(), nullptr, y.get(), n, rb, ctx.seed, ctx.step, ctx.tensorId, powerOfTwo(-k), false,
+                           exec);
+  const WireHeader h = headerFor(n, paramFor(y.get(), nullptr, n, exec));
+  const WireHeader inner = innerHeader(h);
+  std::byte prefix[kRotationSectionBytes];
+  writeRotationSection(section, prefix);
+  const bool withResidual = !residualIn.empty();
+  std::optional<cudapath::DeviceFloats> zeros, rotatedResidual;
+  cudapath::EncodeBuffers io;
+  io.grad = y.get();
+  io.n = n;
+  io.wire = wire.data();
+  if (withResidual) {  // the codec's fused step on y with a zero residual gives r_y = y - decoded(y)
+    zeros.emplace(n, exec, true);
+    rotatedResidual.emplace(n, exec);
+    io.residualIn = zeros->get();
+    io.residualOut = rotatedResidual->get();
+  }
+  const EncodeResult e = cudapath::encodeBlock(h, sections(inner), io, ctx, exec,
+                                               [this](const DeviceEncode& d) { launchEncodeOnDevice(d); }, &inner,
+                                               std::span<const std::byte>(prefix, kRotationSectionBytes));
+  if (withResidual)
+    cudapath::rotateOnDevice(rotatedResidual->get(), nullptr, residualOut.data(), n, rb, ctx.seed, ctx.step,
+                             ctx.tensorId, powerOfTwo(k), true, exec);
+  return e;
+}
+
+void BlockCodec::decodeRotatedOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out,
+                                       DecodeMode mode, const ExecContext& exec) const {
+  std::byte hostSection[kRotationSectionBytes];
+  cudapath::copyToHost(hostSection, payload, kRotationSectionBytes, exec);
+  const RotationSection section = readRotationSection(hostSection, name());
+  const WireHeader inner = innerHeader(h);
+  const std::byte* codecPayload = payload + kRotationSectionBytes;
+  checkPayloadOnDevice(inner, codecPayload, exec);
+  const uint64_t n = out.size(), rb = uint64_t{1} << ((h.flags & kRotationLog2Mask) >> kRotationLog2Shift);
+  cudapath::DeviceFloats y(n, exec);
+  cudapath::decodeBlock(inner, sections(inner), codecPayload, y.get(), false, exec,
                         [this](const DeviceDecode& d) { launchDecodeOnDevice(d); });
+  cudapath::rotateOnDevice(y.get(), nullptr, y.get(), n, rb, section.key.seed, section.key.step, section.key.tensor,
+                           powerOfTwo(section.exponent), true, exec);
+  const uint64_t bad = cudapath::firstNonFinite(y.get(), n, exec);
+  GRADCOMP_CHECK(bad == EncodeResult::kNoIndex, DecodeError, name(), ": the rotated payload decodes to a non-finite ",
+                 "value at element ", bad, " (rotation scale 2^", section.exponent, ")");
+  cudapath::writeOutOnDevice(y.get(), n, out.data(), mode == DecodeMode::Accumulate, exec);
 }
 
 // ---------------------------------------------------------------- Rotation
@@ -396,11 +468,15 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
                                        const EncodeContext& ctx, const ExecContext& exec) const {
   const uint64_t n = grad.size();
   const uint64_t rb = uint64_t{1} << rotationLog2_;
-  std::vector<float> y(grad.begin(), grad.end());
-  if (!residualIn.empty())
-    for (uint64_t i = 0; i < n; ++i) y[i] += residualIn[i];
+  // Per-thread buffers kept across calls: a fresh 4n-byte allocation per encode costs its page faults.
+  std::vector<float>& y = rotationScratch(0, n);
+  if (residualIn.empty()) {
+    std::copy(grad.begin(), grad.end(), y.begin());
+  } else {
+    for (uint64_t i = 0; i < n; ++i) y[i] = grad[i] + residualIn[i];
+  }
   EncodeResult r;
-  r.nonFiniteIndex = firstNonFinite(y);
+  r.nonFiniteIndex = firstNonFinite(std::span<const float>(y.data(), n));
   if (r.nonFiniteIndex != EncodeResult::kNoIndex) return r;
   // Keep |y| below 2^101: a block's sums then stay below 2^114, far from FLT_MAX.
   const float amax = cpu::absMax(y.data(), n);
@@ -416,7 +492,7 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
   const WireHeader inner = innerHeader(h);
   zeroPadding(sections(inner), codecPayload);
   const bool withResidual = !residualIn.empty();
-  std::vector<float> rotatedResidual(withResidual ? n : 0);
+  std::vector<float>& rotatedResidual = rotationScratch(1, withResidual ? n : 0);
   const uint64_t tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
   std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0);
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
@@ -447,7 +523,7 @@ void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, st
   const std::byte* codecPayload = payload + kRotationSectionBytes;
   validatePayload(inner, codecPayload);
   const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
-  std::vector<float> y(n);
+  std::vector<float>& y = rotationScratch(0, n);
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
     for (uint64_t t = t0; t < t1; ++t) {
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
@@ -456,13 +532,13 @@ void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, st
   });
   const uint64_t rb = uint64_t{1} << ((h.flags & kRotationLog2Mask) >> kRotationLog2Shift);
   cpu::rotateInverse(y.data(), y.data(), n, rb, section.key, powerOfTwo(section.exponent));
-  const uint64_t bad = firstNonFinite(y);
+  const uint64_t bad = firstNonFinite(std::span<const float>(y.data(), n));
   GRADCOMP_CHECK(bad == EncodeResult::kNoIndex, DecodeError, name(), ": the rotated payload decodes to a non-finite ",
                  "value at element ", bad, " (rotation scale 2^", section.exponent, ")");
   if (mode == DecodeMode::Accumulate) {
     for (uint64_t i = 0; i < n; ++i) out[i] += y[i];
   } else {
-    std::copy(y.begin(), y.end(), out.begin());
+    std::copy(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n), out.begin());
   }
 }
 

@@ -144,6 +144,13 @@ class BlockCodec : public Compressor {
                              const ExecContext& exec) const;
   void decodeRotated(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                      const ExecContext& exec) const;
+  EncodeResult encodeRotatedOnDevice(std::span<const float> grad, std::span<const float> residualIn,
+                                     std::span<float> residualOut, std::span<std::byte> wire,
+                                     const EncodeContext& ctx, const ExecContext& exec) const;
+  void decodeRotatedOnDevice(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
+                             const ExecContext& exec) const;
+  // The device check of a payload; on a hit the CPU validator's DecodeError, from a host copy.
+  void checkPayloadOnDevice(const WireHeader& h, const std::byte* payload, const ExecContext& exec) const;
 
   uint32_t blockSize_;        // 0 for codecs without blocks (casts)
   uint32_t rotationLog2_ = 0;  // log2 of the rotation block; 0: no rotation

@@ -12,6 +12,8 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "kernels/cuda/sparse_kernels.cuh"
+#include "kernels/cuda/hadamard_rotation.cuh"
+#include "kernels/cuda/microscaling_kernels.cuh"
 #include "kernels/cuda/validate_kernels.cuh"
 #include "kernels/scalar/feistel_permutation.h"
 
@@ -132,13 +134,17 @@ AlignedPayload::~AlignedPayload() {
 
 EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const EncodeBuffers& io,
                          const EncodeContext& ctx, const ExecContext& exec,
-                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch) {
+                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch,
+                         const WireHeader* codecHeader, std::span<const std::byte> prefix) {
   const cudaStream_t stream = enter(exec);
-  std::byte* payload = io.wire + kWireHeaderBytes;
   writeDeviceHeader(h, io.wire, stream);
+  if (!prefix.empty())  // pageable source: consumed when the call returns
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(io.wire + kWireHeaderBytes, prefix.data(), prefix.size(),
+                                        cudaMemcpyHostToDevice, stream));
+  std::byte* payload = io.wire + kWireHeaderBytes + prefix.size();
   zeroPaddingOnDevice(sec, payload, stream);
   Counters counters(stream);
-  launch(BlockCodec::DeviceEncode{h, sec, payload, io.grad, io.residualIn, io.residualOut, io.n,
+  launch(BlockCodec::DeviceEncode{codecHeader ? *codecHeader : h, sec, payload, io.grad, io.residualIn, io.residualOut, io.n,
                                   scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId),
                                   counters.saturated(), counters.firstBad(), stream});
   const EncodeCounters c = counters.read();
@@ -163,6 +169,53 @@ void decodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const std
                  const std::function<void(const BlockCodec::DeviceDecode&)>& launch) {
   const cudaStream_t stream = enter(exec);
   launch(BlockCodec::DeviceDecode{h, sec, payload, out, accumulate, stream});
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// ---------------------------------------------------------------- rotation
+
+DeviceFloats::DeviceFloats(size_t n, const ExecContext& exec, bool zeroed) : exec_(exec) {
+  const cudaStream_t stream = enter(exec);
+  GRADCOMP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(float), stream));
+  if (zeroed) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(p_, 0, n * sizeof(float), stream));
+}
+
+DeviceFloats::~DeviceFloats() {
+  if (p_) cudaFreeAsync(p_, streamOf(exec_));
+}
+
+void rotateOnDevice(const float* x, const float* e, float* y, size_t n, size_t blockSize, uint64_t seed, uint32_t step,
+                    uint32_t tensor, float scale, bool inverse, const ExecContext& exec) {
+  check(cuda::launchRotate(x, e, y, n, blockSize, scalar::RotationKey{seed, step, tensor}, scale, inverse, enter(exec)),
+        inverse ? "inverse rotation" : "rotation");
+}
+
+void addOnDevice(const float* g, const float* e, size_t n, float* c, const ExecContext& exec) {
+  const cudaStream_t stream = enter(exec);
+  if (e) {
+    check(cuda::launchAdd(g, e, n, c, stream), "add residual");
+  } else if (n && g != c) {
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(c, g, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
+float absMaxOnDevice(const float* x, size_t n, const ExecContext& exec) {
+  const cudaStream_t stream = enter(exec);
+  DeviceScratch<unsigned> bits(1, stream);
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(bits.get(), 0, sizeof(unsigned), stream));
+  check(cuda::launchAbsMaxBits(x, nullptr, n, bits.get(), stream), "amax");
+  unsigned host = 0;
+  copyToHost(&host, bits.get(), sizeof(host), exec);
+  return scalar::bitsToFloat(host);
+}
+
+void writeOutOnDevice(const float* y, size_t n, float* out, bool accumulate, const ExecContext& exec) {
+  const cudaStream_t stream = enter(exec);
+  if (accumulate) {
+    check(cuda::launchAdd(out, y, n, out, stream), "accumulate");
+  } else if (n) {
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out, y, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  }
   GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

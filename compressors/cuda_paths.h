@@ -93,9 +93,12 @@ struct EncodeBuffers {
 // ---- block codecs: the layout and configuration come from the header the CPU encoder writes (h) and its
 // sections; the codec's own launch function (BlockCodec::launch*OnDevice, in the codec's file) runs its
 // kernels, this orchestration does the rest (header, padding, counters, stream).
+// `h` is written to the wire; the codec's sections start after `prefix` (copied right after the header:
+// the rotation section), and `codecHeader` (default: h) is what the codec's launch sees.
 EncodeResult encodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const EncodeBuffers& io,
                          const EncodeContext& ctx, const ExecContext& exec,
-                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch);
+                         const std::function<void(const BlockCodec::DeviceEncode&)>& launch,
+                         const WireHeader* codecHeader = nullptr, std::span<const std::byte> prefix = {});
 // True when the codec's device check finds an invalid scale or code in the payload.
 bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload,
                             const scalar::ScaleRule& scaleRule, const ExecContext& exec,
@@ -103,6 +106,33 @@ bool blockPayloadHasInvalid(const WireHeader& h, const BlockCodec::Sections& sec
 void decodeBlock(const WireHeader& h, const BlockCodec::Sections& sec, const std::byte* payload, float* out,
                  bool accumulate, const ExecContext& exec,
                  const std::function<void(const BlockCodec::DeviceDecode&)>& launch);
+
+// ---- the keyed Hadamard rotation on device buffers (kernels/cuda/hadamard_rotation.cuh)
+
+// n floats of stream-ordered device memory on exec's device (zeroed when asked).
+class DeviceFloats {
+ public:
+  DeviceFloats(size_t n, const ExecContext& exec, bool zeroed = false);
+  ~DeviceFloats();
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+  ExecContext exec_;
+};
+
+// Forward: y = H D ((x + e) x scale) / sqrt(b), e may be null; inverse: y = D H x / sqrt(b) x scale
+// (saturating). y may alias x.
+void rotateOnDevice(const float* x, const float* e, float* y, size_t n, size_t blockSize, uint64_t seed, uint32_t step,
+                    uint32_t tensor, float scale, bool inverse, const ExecContext& exec);
+// c = g + e on the device (e may be null: a copy).
+void addOnDevice(const float* g, const float* e, size_t n, float* c, const ExecContext& exec);
+// max |x| over the device array (>= Inf when x holds NaN/Inf).
+float absMaxOnDevice(const float* x, size_t n, const ExecContext& exec);
+// out = y, or out += y.
+void writeOutOnDevice(const float* y, size_t n, float* out, bool accumulate, const ExecContext& exec);
 
 // ---- index/value codecs (topk, threshold)
 struct SparsePlan {

@@ -34,9 +34,19 @@ AlignedPayload::AlignedPayload(const std::byte* payload, uint64_t, const ExecCon
 AlignedPayload::~AlignedPayload() = default;
 
 EncodeResult encodeBlock(const WireHeader&, const BlockCodec::Sections&, const EncodeBuffers&, const EncodeContext&,
-                         const ExecContext&, const std::function<void(const BlockCodec::DeviceEncode&)>&) {
+                         const ExecContext&, const std::function<void(const BlockCodec::DeviceEncode&)>&,
+                         const WireHeader*, std::span<const std::byte>) {
   refuse("encode");
 }
+DeviceFloats::DeviceFloats(size_t, const ExecContext&, bool) { refuse("a device buffer"); }
+DeviceFloats::~DeviceFloats() = default;
+void rotateOnDevice(const float*, const float*, float*, size_t, size_t, uint64_t, uint32_t, uint32_t, float, bool,
+                    const ExecContext&) {
+  refuse("a rotation");
+}
+void addOnDevice(const float*, const float*, size_t, float*, const ExecContext&) { refuse("an addition"); }
+float absMaxOnDevice(const float*, size_t, const ExecContext&) { refuse("a maximum"); }
+void writeOutOnDevice(const float*, size_t, float*, bool, const ExecContext&) { refuse("decode"); }
 bool blockPayloadHasInvalid(const WireHeader&, const BlockCodec::Sections&, const std::byte*, const scalar::ScaleRule&,
                             const ExecContext&, const std::function<void(const BlockCodec::DeviceCheck&)>&) {
   refuse("decode");

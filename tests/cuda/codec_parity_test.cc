@@ -56,7 +56,9 @@ const std::vector<std::string>& specs() {
       "terngrad:block=37", "sign", "sign:block=100", "onebit", "onebit:block=77", "topk", "topk:ratio=0.1:values=fp16",
       "topk:k=1", "threshold", "threshold:values=fp16:sample=64", "randomk", "randomk:values=fp16:unbiased=true",
       "mxfp8", "mxfp8:elem=e5m2", "mxfp8:block=77", "mxfp6", "mxfp6:elem=e3m2", "mxfp4", "mxfp4:block=24", "nvfp4",
-      "int4", "int4:rounding=stochastic", "int4:block=100"};
+      "int4", "int4:rounding=stochastic", "int4:block=100", "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64",
+      "mxfp4:rotate=hadamard,rblock=1024", "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32",
+      "qsgd:bits=2,rotate=hadamard", "fp8-e4m3:rotate=hadamard,rblock=8192"};
   return v;
 }
 
