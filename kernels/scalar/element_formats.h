@@ -57,19 +57,13 @@ GRADCOMP_HD uint32_t elementOverflowBits(const ElementSpec& s) {
 // fp32 -> code, RNE, saturating (a finite or infinite input never becomes NaN; NaN saturates too:
 // the encoders reject non-finite input before converting).
 GRADCOMP_HD uint8_t floatToElement(float f, const ElementSpec& s) {
-  uint32_t x = floatBits(f);
+  const uint32_t x = floatBits(f);
   const uint8_t sign = (x >> 31) ? static_cast<uint8_t>(1u << (s.bits - 1)) : uint8_t{0};
-  x &= 0x7fffffffu;
-  if (x >= floatBits(s.maxValue)) return sign | s.maxCode;
-  if (x < s.minNormalBits) {
-    const uint32_t r = floatBits(addRn(bitsToFloat(x), s.subnormalMagic)) - floatBits(s.subnormalMagic);
-    return sign | static_cast<uint8_t>(r);
-  }
-  const int shift = 23 - s.mantBits;
-  const uint32_t odd = (x >> shift) & 1u;
-  x += (static_cast<uint32_t>(s.bias - 127) << 23) + ((1u << (shift - 1)) - 1u) + odd;
-  const uint32_t code = x >> shift;
-  return sign | static_cast<uint8_t>(code > s.maxCode ? s.maxCode : code);
+  const uint32_t a = x & 0x7fffffffu;
+  // NaN saturates like Inf here: the encoders reject non-finite input before converting.
+  return sign | static_cast<uint8_t>(minifloatMagnitudeCode(a > 0x7f800000u ? 0x7f800000u : a, s.mantBits, s.bias,
+                                                            s.maxCode, floatBits(s.maxValue), s.minNormalBits,
+                                                            s.subnormalMagic));
 }
 
 // Codes that are not finite numbers: E4M3 S.1111.111, E5M2 S.11111.xx; none in FP6 / FP4.

@@ -123,23 +123,30 @@ GRADCOMP_HD Fp8Spec fp8Spec(Fp8Format f) {
   return Fp8Spec{2, 15, 0x7b, 57344.0f, 0x38800000u /*2^-14*/, 128.0f /*ulp 2^-16*/};
 }
 
+// The magnitude code of |x| (fp32 bits of a non-NaN value) in a minifloat with mantBits mantissa bits and
+// exponent bias `bias`: round to nearest even, saturating at maxCode (whose value has fp32 bits
+// maxValueBits; Inf saturates too). Below the smallest normal (fp32 bits minNormalBits) the "magic"
+// addition rounds to the subnormal grid. Shared by the FP8 codecs and the MX / NVFP4 element formats
+// (element_formats.h).
+GRADCOMP_HD uint32_t minifloatMagnitudeCode(uint32_t x, int mantBits, int bias, uint32_t maxCode, uint32_t maxValueBits,
+                                            uint32_t minNormalBits, float subnormalMagic) {
+  if (x >= maxValueBits) return maxCode;
+  if (x < minNormalBits) return floatBits(addRn(bitsToFloat(x), subnormalMagic)) - floatBits(subnormalMagic);
+  const int shift = 23 - mantBits;
+  const uint32_t odd = (x >> shift) & 1u;
+  x += (static_cast<uint32_t>(bias - 127) << 23) + ((1u << (shift - 1)) - 1u) + odd;
+  const uint32_t code = x >> shift;
+  return code > maxCode ? maxCode : code;
+}
+
 // Saturating (SATFINITE) fp32 -> fp8, RNE: |x| > max -> max, Inf -> max, NaN -> NaN.
 GRADCOMP_HD uint8_t floatToFp8(float f, Fp8Format fmt) {
   const Fp8Spec s = fp8Spec(fmt);
-  uint32_t x = floatBits(f);
-  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
-  x &= 0x7fffffffu;
+  const uint32_t x = floatBits(f) & 0x7fffffffu;
+  const uint8_t sign = static_cast<uint8_t>((floatBits(f) >> 24) & 0x80u);
   if (x > 0x7f800000u) return sign | 0x7fu;  // NaN (0x7f is NaN in both flavours)
-  if (x >= floatBits(s.maxValue)) return sign | s.maxCode;
-  if (x < s.minNormalBits) {
-    const uint32_t r = floatBits(addRn(bitsToFloat(x), s.subnormalMagic)) - floatBits(s.subnormalMagic);
-    return sign | static_cast<uint8_t>(r);
-  }
-  const int shift = 23 - s.mantBits;
-  const uint32_t odd = (x >> shift) & 1u;
-  x += (static_cast<uint32_t>(s.bias - 127) << 23) + ((1u << (shift - 1)) - 1u) + odd;
-  const uint32_t code = x >> shift;
-  return sign | static_cast<uint8_t>(code > s.maxCode ? s.maxCode : code);
+  return sign | static_cast<uint8_t>(minifloatMagnitudeCode(x, s.mantBits, s.bias, s.maxCode, floatBits(s.maxValue),
+                                                            s.minNormalBits, s.subnormalMagic));
 }
 
 // Codes that are not finite numbers: E4M3 S.1111.111; E5M2 S.11111.xx.
