@@ -191,7 +191,7 @@ def every_codec_and_error_feedback_gives_the_same_result_on_every_rank(rank, gro
 
 @check(2)
 def statistics_count_the_bytes_each_algorithm_sends(rank, group):
-    data = batches(rank, 1)
+    data = batches(rank, 3)   # the diagnosis needs two steps (a step's time is between two completions)
     ddp, state = hooked(group, "int8:block=256", "ef", min_numel=0, bucket_cap_mb=25)
     train(ddp, data)
     s = state.last_stats
@@ -211,6 +211,13 @@ def statistics_count_the_bytes_each_algorithm_sends(rank, group):
     expect(s["elements"] == n and s["compressed_elements"] == n, f"elements {s['elements']}")
     expect(abs(s["compression_ratio"] - (4 * n) / (2 * msg)) < 1e-9, f"ratio {s['compression_ratio']}")
     expect(s["codec_seconds"] > 0 and state.residual_norm() > 0, "codec time and residual norm must be positive")
+    # The diagnosis (gradcomp.diagnose) from the step's times: fractions in [0, 1] that add up, a named
+    # bottleneck, and the sentence a report prints.
+    expect(0 < s["iteration_seconds"] and 0 <= s["exposed_seconds"] <= s["iteration_seconds"], f"times {s}")
+    expect(0 <= s["comm_fraction"] <= 1 and abs(s["comm_fraction"] + s["scaling_efficiency"] - 1) < 1e-9,
+           f"fractions {s['comm_fraction']}, {s['scaling_efficiency']}")
+    expect(s["bottleneck"] in ("compute", "latency", "bandwidth", "codec", "overlap"), f"bottleneck {s['bottleneck']}")
+    expect("scaling efficiency" in s["diagnosis"] and s["bottleneck"] + "-bound" in s["diagnosis"], s["diagnosis"])
 
 
 def _resume(group, rank, codec, ef, cap_before, cap_after, steps=6, cut=3):

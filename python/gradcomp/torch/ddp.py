@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
+from ..diagnose import diagnose
 from ._agreement import check_ranks_agree
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status
 from ._layout import Layout, Piece, ResidualStore
@@ -101,6 +102,10 @@ class DDPState:
         self._layouts: dict[tuple, tuple] = {}
         self._checked = False
         self._pending_stats: dict[str, Any] = {}
+        # For the diagnosis: when the last bucket of a step was handed over (backward has ended: what
+        # follows until it completes is exposed communication) and when the previous step completed.
+        self._last_bucket_submitted: Optional[float] = None
+        self._previous_step_done: Optional[float] = None
         self._worker: Optional[FifoWorker] = None
         self._exchange: Optional[Exchange] = None
         if module is not None:
@@ -195,6 +200,7 @@ class DDPState:
         step, last = self.iter, bucket.is_last()
         if last:
             self.iter += 1
+            self._last_bucket_submitted = time.perf_counter()
         fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, last))
         # DDP reads the Future from C++, which sees a Python set_exception as a value, not an error; a
         # callback that re-raises makes it a real error, which backward() raises with gradcomp's message.
@@ -296,6 +302,23 @@ class DDPState:
                 "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
                 "skipped": s.skipped, "saturated": s.saturated,
             }
+            self._diagnose(s)
+
+    def _diagnose(self, s: ExchangeStats) -> None:
+        """last_stats' diagnosis (gradcomp.diagnose): the step is the time between two steps' last buckets
+        completing, the exposed communication the time from the last bucket's hand-over (backward done)
+        to its completion, compute the rest. From the second step on."""
+        now = time.perf_counter()
+        previous, self._previous_step_done = self._previous_step_done, now
+        if previous is None or self._last_bucket_submitted is None:
+            return
+        iteration = now - previous
+        exposed = min(max(0.0, now - self._last_bucket_submitted), iteration)
+        comm = s.comm_seconds + s.codec_seconds
+        d = diagnose(1e3 * (iteration - exposed), 1e3 * max(comm, exposed), 1e3 * exposed, 1e3 * s.codec_seconds)
+        self.last_stats.update(iteration_seconds=iteration, exposed_seconds=exposed,
+                               comm_fraction=d.comm_fraction, scaling_efficiency=d.efficiency,
+                               bottleneck=d.bottleneck, diagnosis=d.sentence())
 
 
 def _value_or_raise(fut: torch.futures.Future) -> torch.Tensor:

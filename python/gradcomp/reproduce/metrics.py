@@ -1,0 +1,117 @@
+"""Metrics that survive noise, from one run's per-step record (the harness's metrics.csv layout).
+
+One evaluation is a snapshot: sign without error feedback on a non-iid split swings by tens of points from
+one evaluation to the next, so accuracy is the mean of the last K evaluations (and the best one); training
+loss is an exponential moving average. Time and bytes are compared at a target loss, not at equal steps:
+steps, bytes and modelled wall time (1 and 10 Gbit/s) until the loss EMA first reaches the target.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+
+LAST_EVALUATIONS = 5   # accuracy = mean of this many final evaluations
+EMA_ALPHA = 0.05       # loss EMA weight of the newest step (a time constant of 20 steps)
+LINKS = ("1gbit", "10gbit")
+
+
+@dataclass
+class Run:
+    """One run's record: per-step rows, the run's summary (modelled step times) and how it ended."""
+    steps: list = field(default_factory=list)         # step index
+    loss: list = field(default_factory=list)          # training loss (averaged over workers)
+    bytes_sent: list = field(default_factory=list)    # bytes one worker sent in the step
+    evaluations: list = field(default_factory=list)   # (step, test accuracy 0..1)
+    step_ms: dict = field(default_factory=dict)       # link -> [modelled ms of each step]
+    status: str = "ok"                                # ok | diverged | failed
+    error: str = ""
+    planned_steps: int = 0
+
+
+def read_metrics_csv(path: str) -> Run:
+    run = Run()
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(row["step"])
+            run.steps.append(step)
+            run.loss.append(float(row["loss"]))
+            run.bytes_sent.append(float(row["bytes_sent"]))
+            acc = float(row["test_accuracy"])
+            if acc >= 0:
+                run.evaluations.append((step, acc))
+    return run
+
+
+def model_step_times(run: Run, summary: dict) -> None:
+    """Per-step modelled time on each link, from the harness's summary: its modelled step time is
+    compute + the exposed wire and codec time at the run's mean bytes per step; a step's wire share scales
+    with the bytes it sent (1-bit Adam's full-precision warm-up steps cost more than its later ones)."""
+    mean_bytes = summary.get("bytes_per_step", 0.0) or 1.0
+    compute = summary.get("compute_ms", 0.0)
+    for link in LINKS:
+        key = next((k for k in summary if k.startswith("model_step_ms[") and f"inter={link}" in k), None)
+        if key is None:
+            continue
+        comm = max(0.0, summary[key] - compute)
+        run.step_ms[link] = [compute + comm * b / mean_bytes for b in run.bytes_sent]
+
+
+def ema(values, alpha=EMA_ALPHA):
+    out, m = [], None
+    for v in values:
+        if not math.isfinite(v):
+            out.append(float("nan"))
+            continue
+        m = v if m is None else (1 - alpha) * m + alpha * v
+        out.append(m)
+    return out
+
+
+def run_metrics(run: Run, target_loss: float | None, classes: int = 10) -> dict:
+    """The numbers a comparison uses. A run that diverged (or failed) counts as what it delivered: chance
+    accuracy and an infinite loss, so a variant that diverges on one seed of three is not averaged over
+    its two survivors; a target never reached is NaN (and counted as not reached)."""
+    nan = float("nan")
+    accs = [a for _, a in run.evaluations]
+    smoothed = ema(run.loss)
+    ok = run.status == "ok"
+    m = {
+        "accuracy": (100 * sum(accs[-LAST_EVALUATIONS:]) / len(accs[-LAST_EVALUATIONS:]) if accs else nan)
+                    if ok else 100.0 / classes,
+        "best_accuracy": 100 * max(accs) if accs else nan,
+        "loss": (smoothed[-1] if smoothed else nan) if ok else float("inf"),
+        "total_mb": sum(run.bytes_sent) / 1e6,
+        "status": run.status,
+        "failed_step": run.steps[-1] if not ok and run.steps else None,
+    }
+    reached = None
+    if target_loss is not None:
+        reached = next((i for i, v in enumerate(smoothed) if math.isfinite(v) and v <= target_loss), None)
+    m["steps_to_target"] = run.steps[reached] + 1 if reached is not None else nan
+    m["mb_to_target"] = sum(run.bytes_sent[:reached + 1]) / 1e6 if reached is not None else nan
+    for link in LINKS:
+        times = run.step_ms.get(link)
+        m[f"time_to_target_{link}"] = sum(times[:reached + 1]) / 1e3 if reached is not None and times else nan
+    return m
+
+
+@dataclass
+class Aggregate:
+    mean: float
+    std: float
+    low: float
+    high: float
+    count: int     # seeds with a value (an infinite loss counts: the run diverged)
+
+
+def aggregate(values) -> Aggregate:
+    finite = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]   # inf counts
+    if not finite:
+        return Aggregate(float("nan"), float("nan"), float("nan"), float("nan"), 0)
+    mean = sum(finite) / len(finite)
+    if math.isinf(mean):
+        return Aggregate(mean, float("nan"), min(finite), max(finite), len(finite))
+    std = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1)) if len(finite) > 1 else 0.0
+    return Aggregate(mean, std, min(finite), max(finite), len(finite))
