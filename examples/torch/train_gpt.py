@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         from tqdm import tqdm
 
         bar = tqdm(total=args.steps, initial=start, unit="step", file=sys.stderr, dynamic_ncols=True)
-    step_times, sent, val_loss, evals = [], [], float("nan"), []
+    step_times, sent, val_loss, evals, losses = [], [], float("nan"), [], []
     for step in range(start, args.steps):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + rank)
         x, y = batch(train_ids, args.batch, args.block, g)
@@ -255,6 +255,7 @@ def main(argv=None) -> int:
         step_times.append(time.perf_counter() - t0)
         sent.append(bytes_per_step(args, state, n_params, world, step, powersgd_elements))
         loss_value = float(loss.detach())
+        losses.append(loss_value)
         if not math.isfinite(loss_value):
             raise SystemExit(f"train_gpt: the loss is {loss_value} at step {step}")
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
@@ -273,7 +274,9 @@ def main(argv=None) -> int:
                "ef": args.ef if args.hook == "gradcomp" else None, "world": world, "params": n_params,
                "steps": args.steps, "final_val_loss": val_loss, "evals": evals,
                "median_step_seconds": steady[len(steady) // 2] if steady else float("nan"),
-               "bytes_per_step": sum(sent) / max(len(sent), 1), "final_train_loss": loss_value}
+               "bytes_per_step": sum(sent) / max(len(sent), 1), "final_train_loss": loss_value,
+               # Per step (rank 0's loss, this rank's bytes), for curves: the paper reproductions plot them.
+               "train_losses": losses, "bytes_sent": sent}
     if rank == 0:
         print(json.dumps(summary))
         if args.summary:

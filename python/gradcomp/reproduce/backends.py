@@ -3,6 +3,8 @@
 harness  the C++ harness: `gradcomp train CONFIG` with the claim's base setting, the variant's changes and
          the seed; its run directory (config.json, metrics.csv, summary.json) is the record.
 mnist1d  PyTorch models on MNIST-1D (mnist1d_models.py), one process; the record is run.json.
+char-gpt examples/torch/train_gpt.py under torchrun: the character-level GPT on Shakespeare, trained with
+         DDP and gradcomp's hook in real gloo processes; the record is its summary.json.
 measure  a codec statistic computed from Python through gradcomp.Codec (no training).
 
 Every run directory also holds request.json (exactly what was asked) and outcome.json (how it ended); a
@@ -17,6 +19,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 
 from .metrics import Run, model_step_times, read_metrics_csv
 
@@ -152,6 +155,43 @@ def load_mnist1d(run_dir: str) -> Run:
     return run
 
 
+# --- char-gpt (PyTorch DDP with gradcomp's hook, real processes) --------------------------------------
+
+GPT_FLAGS = ("hook", "codec", "ef", "algorithm", "min_numel", "steps", "batch", "block", "layers", "embd",
+             "heads", "lr", "eval_every", "eval_batches", "seed")
+
+
+def run_char_gpt(run_dir: str, request: dict, ctx: Context) -> None:
+    """examples/torch/train_gpt.py under torchrun (gloo, `world` processes of one thread each): the
+    character-level GPT on Shakespeare with the DDP hook, exactly as a user runs it."""
+    start(run_dir, request)
+    summary = os.path.join(run_dir, "summary.json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           str(request["world"]), os.path.join(ctx.root, "examples", "torch", "train_gpt.py"),
+           "--summary", summary, "--no-progress", "--data", os.path.join(ctx.data_dir, "shakespeare")]
+    for key in GPT_FLAGS:
+        if key in request:
+            cmd += ["--" + key.replace("_", "-"), str(request[key])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode == 0 and os.path.exists(summary):
+        finish(run_dir, "ok")
+        return
+    lines = [l for l in proc.stderr.splitlines() if "train_gpt:" in l] or proc.stderr.strip().splitlines() or [""]
+    error = lines[-1]
+    finish(run_dir, "diverged" if "the loss is" in error else "failed", error)
+
+
+def load_char_gpt(run_dir: str) -> Run:
+    summary = _load_json(os.path.join(run_dir, "summary.json")) or {}
+    outcome = _load_json(os.path.join(run_dir, "outcome.json")) or {"status": "failed"}
+    losses = summary.get("train_losses", [])
+    run = Run(steps=list(range(len(losses))), loss=losses, bytes_sent=summary.get("bytes_sent", [0.0] * len(losses)),
+              val_losses=[(e["step"] - 1, e["val_loss"]) for e in summary.get("evals", [])])
+    run.status, run.error = outcome["status"], outcome.get("error", "")
+    run.planned_steps = int(summary.get("steps", len(losses)))
+    return run
+
+
 # --- measure (codec statistics) -----------------------------------------------------------------------
 
 def run_qsgd_variance(run_dir: str, request: dict, ctx: Context) -> None:
@@ -186,4 +226,5 @@ BACKENDS = {
     "harness": (harness_request, run_harness, load_harness),
     "mnist1d": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_mnist1d, load_mnist1d),
     "measure": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_qsgd_variance, load_measure),
+    "char-gpt": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_char_gpt, load_char_gpt),
 }

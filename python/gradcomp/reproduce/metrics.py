@@ -24,6 +24,7 @@ class Run:
     loss: list = field(default_factory=list)          # training loss (averaged over workers)
     bytes_sent: list = field(default_factory=list)    # bytes one worker sent in the step
     evaluations: list = field(default_factory=list)   # (step, test accuracy 0..1)
+    val_losses: list = field(default_factory=list)    # (step, held-out loss): models without accuracy
     step_ms: dict = field(default_factory=dict)       # link -> [modelled ms of each step]
     status: str = "ok"                                # ok | diverged | failed
     error: str = ""
@@ -69,7 +70,7 @@ def ema(values, alpha=EMA_ALPHA):
     return out
 
 
-def run_metrics(run: Run, target_loss: float | None, classes: int = 10) -> dict:
+def run_metrics(run: Run, target_loss: float | None, classes: int | None = 10) -> dict:
     """The numbers a comparison uses. A run that diverged (or failed) counts as what it delivered: chance
     accuracy and an infinite loss, so a variant that diverges on one seed of three is not averaged over
     its two survivors; a target never reached is NaN (and counted as not reached)."""
@@ -79,9 +80,11 @@ def run_metrics(run: Run, target_loss: float | None, classes: int = 10) -> dict:
     ok = run.status == "ok"
     m = {
         "accuracy": (100 * sum(accs[-LAST_EVALUATIONS:]) / len(accs[-LAST_EVALUATIONS:]) if accs else nan)
-                    if ok else 100.0 / classes,
+                    if ok else (100.0 / classes if classes else nan),
         "best_accuracy": 100 * max(accs) if accs else nan,
         "loss": (smoothed[-1] if smoothed else nan) if ok else float("inf"),
+        "val_loss": (sum(v for _, v in run.val_losses[-LAST_EVALUATIONS:]) /
+                     len(run.val_losses[-LAST_EVALUATIONS:]) if run.val_losses else nan) if ok else float("inf"),
         "total_mb": sum(run.bytes_sent) / 1e6,
         "status": run.status,
         "failed_step": run.steps[-1] if not ok and run.steps else None,

@@ -52,10 +52,13 @@ def plot_claim(result: ClaimResult, path: str) -> None:
         return _plot_measure(result, path)
     plt = _pyplot()
     has_bytes = any(sum(r.bytes_sent) > 0 for runs in result.runs.values() for r in runs)
-    panels = [("step", "training loss (EMA)"), ("step", "test accuracy (%)")]
+    # Panel 2: test accuracy, or the held-out loss of a model that has no accuracy (the GPT).
+    val_panel = not any(r.evaluations for runs in result.runs.values() for r in runs)
+    panels = [("step", "training loss (EMA)"), ("step", "held-out loss" if val_panel else "test accuracy (%)")]
     if has_bytes:
-        panels += [("MB sent per worker (cumulative)", "training loss (EMA)"),
-                   ("modelled wall time at 1 Gbit/s (s)", "training loss (EMA)")]
+        panels += [("MB sent per worker (cumulative)", "training loss (EMA)")]
+    if any(r.step_ms.get("1gbit") for runs in result.runs.values() for r in runs):
+        panels += [("modelled wall time at 1 Gbit/s (s)", "training loss (EMA)")]
     cols = 2
     rows = (len(panels) + 1) // 2
     fig, axes = plt.subplots(rows, cols, figsize=(11, 3.6 * rows), squeeze=False)
@@ -76,11 +79,13 @@ def plot_claim(result: ClaimResult, path: str) -> None:
         ]
         for i, ax in enumerate(axes[:len(panels)]):
             if i == 1:
-                evals = [r.evaluations for r in good if r.evaluations]
+                evals = [r.val_losses if val_panel else r.evaluations for r in good]
+                evals = [e for e in evals if e]
                 if not evals:
                     continue
+                scale = 1 if val_panel else 100
                 xs, mean, lo, hi = _band([[s for s, _ in e] for e in evals],
-                                         [[100 * a for _, a in e] for e in evals])
+                                         [[scale * a for _, a in e] for e in evals])
             else:
                 if any(not xa for xa in x_axes[i]):
                     continue
@@ -101,11 +106,13 @@ def plot_claim(result: ClaimResult, path: str) -> None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if i != 1:
+        # Log axes where the values span a decade or more (losses falling from 2 to 1e-3); linear otherwise.
+        low, high = ax.dataLim.y0, ax.dataLim.y1
+        if (i != 1 or val_panel) and low > 0 and high / low >= 10:
             ax.set_yscale("log")
         if i >= 2:
             ax.set_xscale("log")
-        if i == 1:
+        if i == 1 and not val_panel:
             ax.set_ylim(bottom=max(0, ax.get_ylim()[0]))
     if result.target_loss:
         for i in (0, 2, 3):

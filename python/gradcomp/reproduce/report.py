@@ -50,7 +50,10 @@ def variant_table(result: ClaimResult) -> list[str]:
             lines.append(f"| {label} | {_num(s['exponent'], 3)} | {_num(s['bound_ratio'], 3)} |")
         return lines
     with_bytes = any(s["total_mb"].mean > 0 for s in result.stats.values())
-    head = ["variant", "accuracy % (last 5 evals)", "best %", "final loss (EMA)"]
+    with_accuracy = any(s["accuracy"].count for s in result.stats.values())
+    with_val = any(s["val_loss"].count for s in result.stats.values())
+    head = ["variant"] + (["accuracy % (last 5 evals)", "best %"] if with_accuracy else []) + \
+        (["held-out loss (last 5 evals)"] if with_val else []) + ["final loss (EMA)"]
     if with_bytes:
         head += ["MB sent / worker", "steps to target", "MB to target", "s to target @1 Gbit/s",
                  "s to target @10 Gbit/s"]
@@ -59,8 +62,12 @@ def variant_table(result: ClaimResult) -> list[str]:
     head += ["diverged"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, s in result.stats.items():
-        row = [label, _num(s["accuracy"]), _num(s["best_accuracy"]), _num(s["loss"], 4)]
-        if with_bytes:
+        row = [label] + ([_num(s["accuracy"]), _num(s["best_accuracy"])] if with_accuracy else []) + \
+            ([_num(s["val_loss"], 4)] if with_val else []) + [_num(s["loss"], 4)]
+        if with_bytes and not s["time_to_target_1gbit"].count and s["mb_to_target"].count:
+            row += [f"{s['total_mb'].mean:.3g}", _median_like(s["steps_to_target"]),
+                    _median_like(s["mb_to_target"]), "–", "–"]
+        elif with_bytes:
             row += [f"{s['total_mb'].mean:.3g}", _median_like(s["steps_to_target"]),
                     _median_like(s["mb_to_target"]), _median_like(s["time_to_target_1gbit"]),
                     _median_like(s["time_to_target_10gbit"])]
@@ -82,10 +89,10 @@ def section(result: ClaimResult, root: str, figure: str) -> str:
     out += variant_table(result)
     out.append("")
     if result.target_loss is not None:
-        out += [f"Target loss: {c.target_factor} x {c.reference}'s mean final loss = {result.target_loss:.4f}; "
-                "to-target columns give the mean over the seeds that reached it (how many in brackets). "
-                "Accuracy: mean ± sd over seeds [lowest, highest]; a diverged seed counts as chance "
-                "accuracy.", ""]
+        out += [f"Target loss: {c.target_factor} x {c.reference}'s mean final training loss (EMA) = "
+                f"{result.target_loss:.4f}; to-target columns give the mean over the seeds that reached it (how "
+                "many in brackets; – where no wall time is modelled). Numbers: mean ± sd over seeds [lowest, "
+                "highest]; a diverged seed counts as chance accuracy and infinite loss.", ""]
     out += ["| check | ours | holds |", "|---|---|---|"]
     for check, ok, shown in result.checks:
         out.append(f"| {check.statement()}{'' if check.gate else ' (not gated)'} | {shown} | "
@@ -154,14 +161,17 @@ def write_docs(results: list[ClaimResult], root: str, docs_dir: str) -> str:
             "verdict": r.verdict, "checks": f"{held}/{len(r.checks)}", "seeds": len(r.seeds),
             "seconds": round(r.seconds), "paper": r.claim.paper.split(":")[0],
         }
-    rows = ["| reproduction | paper | verdict | checks holding | seeds | time (s) |", "|---|---|---|---|---|---|"]
+    rows = ["| reproduction | paper | verdict | checks holding | seeds | time (s) | gated in CI (quick mode) |",
+            "|---|---|---|---|---|---|---|"]
     for c in CLAIMS:
         s = store.get(c.name)
+        gated = sum(1 for k in c.checks if k.gate)
+        quick = "no (time)" if not c.in_quick else (f"{gated} of {len(c.checks)} checks" if gated else "none")
         if s:
             rows.append(f"| [{c.name}](#{c.name}) | {s['paper']} | {s['verdict']} | {s['checks']} | {s['seeds']} | "
-                        f"{s['seconds']} |")
+                        f"{s['seconds']} | {quick} |")
         else:
-            rows.append(f"| {c.name} | {c.paper.split(':')[0]} | not run yet | | | |")
+            rows.append(f"| {c.name} | {c.paper.split(':')[0]} | not run yet | | | | {quick} |")
     total = sum(store[c.name]["seconds"] for c in CLAIMS if c.name in store)
     rows += ["", f"All of them: {total} s on this 2-core machine (`{COMMAND} all`)."]
     text = HEADER.format(command=COMMAND, summary="\n".join(rows))
