@@ -3,6 +3,8 @@
 harness  the C++ harness: `gradcomp train CONFIG` with the claim's base setting, the variant's changes and
          the seed; its run directory (config.json, metrics.csv, summary.json) is the record.
 mnist1d  PyTorch models on MNIST-1D (mnist1d_models.py), one process; the record is run.json.
+mnist1d-ddp
+         MNIST-1D under torchrun: DDP with gradcomp's hook in real gloo processes (mnist1d_ddp.py).
 char-gpt examples/torch/train_gpt.py under torchrun: the character-level GPT on Shakespeare, trained with
          DDP and gradcomp's hook in real gloo processes; the record is its summary.json.
 measure  a codec statistic computed from Python through gradcomp.Codec (no training).
@@ -144,11 +146,26 @@ def run_mnist1d(run_dir: str, request: dict, ctx: Context) -> None:
     finish(run_dir, record["status"], record.get("error", ""))
 
 
+def run_mnist1d_ddp(run_dir: str, request: dict, ctx: Context) -> None:
+    """mnist1d_ddp.py under torchrun: `world` gloo processes, DDP with gradcomp's hook (or DDP's own)."""
+    start(run_dir, request)
+    record = os.path.join(run_dir, "run.json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(request["world"]),
+           "-m", "gradcomp.reproduce.mnist1d_ddp", os.path.join(run_dir, "request.json"), record, ctx.data_dir]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    outcome = _load_json(record)
+    if outcome is None:
+        error = (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]
+        finish(run_dir, "failed", error)
+    else:
+        finish(run_dir, outcome["status"], outcome.get("error", ""))
+
+
 def load_mnist1d(run_dir: str) -> Run:
     record = _load_json(os.path.join(run_dir, "run.json")) or {}
     outcome = _load_json(os.path.join(run_dir, "outcome.json")) or {"status": "failed"}
     run = Run(steps=record.get("steps", []), loss=record.get("loss", []),
-              bytes_sent=[0.0] * len(record.get("steps", [])),
+              bytes_sent=record.get("bytes_sent", [0.0] * len(record.get("steps", []))),
               evaluations=[tuple(e) for e in record.get("evaluations", [])])
     run.status, run.error = outcome["status"], outcome.get("error", "")
     run.planned_steps = int(record.get("planned_steps", len(run.steps)))
@@ -226,5 +243,6 @@ BACKENDS = {
     "harness": (harness_request, run_harness, load_harness),
     "mnist1d": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_mnist1d, load_mnist1d),
     "measure": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_qsgd_variance, load_measure),
+    "mnist1d-ddp": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_mnist1d_ddp, load_mnist1d),
     "char-gpt": (lambda settings, seed, name, ctx: dict(settings, seed=seed), run_char_gpt, load_char_gpt),
 }
