@@ -148,8 +148,23 @@ def test_quick_mode_runs_only_the_variants_its_gated_checks_compare():
     assert len(variants_to_run(c, quick=False)) == len(c.variants)
     d = claim_named("dgc")
     assert {v.label for v in variants_to_run(d, quick=True)} == {"sgd", "topk0.1%+dgc"}
-    for claim in CLAIMS:   # every check names variants the claim has
+    for claim in CLAIMS:   # every check names variants the claim has; an observation is never gated
         for k in claim.checks:
+            assert not (k.observation and k.gate), (claim.name, k)
             claim.variant(k.a)
             if k.b:
                 claim.variant(k.b)
+
+
+def test_observations_are_shown_but_left_out_of_the_verdict(tmp_path):
+    from gradcomp.reproduce.runner import ClaimResult, _summarise
+    claim = claim_named("ef21")
+    result = ClaimResult(claim, False, [1])
+    run = _run([1.0] + [0.01] * 99, [(99, 0.9)])   # final loss EMA about 0.016
+    worse = _run([2.0] * 100, [(99, 0.5)])          # 2.0: 100x more, 40 points less
+    for v in claim.variants:   # ef21 and its momentum twin far behind; ef21-sgdm level with ef
+        result.runs[v.label] = [worse if "ef21" in v.label and "sgdm" not in v.label else run]
+    _summarise(result)
+    observed = [ok for c, ok, _ in result.checks if c.observation]
+    assert observed == [False, True]              # the momentum pair fails, ef21-sgdm holds
+    assert result.verdict == "not reproduced"     # the observation that held does not make it "partly"

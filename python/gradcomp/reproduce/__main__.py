@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         results.append(r)
         for check, ok, shown in r.checks:
             print(f"    {'holds' if ok else 'FAILS'}: {check.statement()}: {shown}", file=sys.stderr)
-        print(f"  -> {r.verdict} ({r.seconds:.0f} s, {r.ran} runs now, the rest resumed)", file=sys.stderr)
+        print(f"  -> {r.verdict} ({r.wall_seconds:.0f} s, {r.ran} runs now, the rest resumed)", file=sys.stderr)
         if not a.quick and not a.no_docs:
             figures = os.path.join(ctx.root, "docs", "reproductions")
             os.makedirs(figures, exist_ok=True)

@@ -100,6 +100,18 @@ def finish(run_dir: str, status: str, error: str = "") -> None:
     _write_json(os.path.join(run_dir, "outcome.json"), {"status": status, "error": error})
 
 
+def record_seconds(run_dir: str, seconds: float) -> None:
+    """How long the run took, kept in outcome.json: a claim's time counts its runs even when resumed."""
+    path = os.path.join(run_dir, "outcome.json")
+    outcome = _load_json(path) or {"status": "failed", "error": "no outcome"}
+    outcome["seconds"] = round(seconds, 3)
+    _write_json(path, outcome)
+
+
+def run_seconds(run_dir: str) -> float:
+    return float((_load_json(os.path.join(run_dir, "outcome.json")) or {}).get("seconds", 0.0))
+
+
 # --- harness ------------------------------------------------------------------------------------------
 
 def harness_request(settings: dict, seed: int, name: str, ctx: Context) -> dict:

@@ -97,10 +97,11 @@ def section(result: ClaimResult, root: str, figure: str) -> str:
                 "highest]; a diverged seed counts as chance accuracy and infinite loss.", ""]
     out += ["| check | ours | holds |", "|---|---|---|"]
     for check, ok, shown in result.checks:
-        out.append(f"| {check.statement()}{'' if check.gate else ' (not gated)'} | {shown} | "
+        note = " (observation, not in the verdict)" if check.observation else ("" if check.gate else " (not gated)")
+        out.append(f"| {check.statement()}{note} | {shown} | "
                    f"{'yes' if ok else '**no**'} |")
     out += ["", f"![{c.name}]({figure})", "",
-            f"`{COMMAND} {c.name}` — {len(result.seeds)} seeds, {result.seconds:.0f} s on this machine, "
+            f"`{COMMAND} {c.name}` — {len(result.seeds)} seeds, {result.seconds:.0f} s of runs on this machine, "
             f"commit {_commit(root)}.", ""]
     if c.notes:
         out += [c.notes, ""]
@@ -108,18 +109,18 @@ def section(result: ClaimResult, root: str, figure: str) -> str:
 
 
 def _verdict_reason(result: ClaimResult) -> str:
-    failed = [check.statement() for check, ok, _ in result.checks if not ok]
+    failed = [check.statement() for check, ok, _ in result.checks if not ok and not check.observation]
     if not failed:
         return "Every check holds."
     return "Does not hold: " + "; ".join(failed) + "."
 
 
 def short_table(results: list[ClaimResult]) -> str:
-    lines = [f"{'reproduction':<20} {'verdict':<16} {'checks':>7} {'seeds':>5} {'time':>6}  key number"]
+    lines = [f"{'reproduction':<26} {'verdict':<16} {'checks':>7} {'seeds':>5} {'time':>6}  key number"]
     for r in results:
-        held = sum(1 for _, ok, _ in r.checks if ok)
+        held = sum(1 for c, ok, _ in r.checks if ok and not c.observation)
         key = f"{r.checks[0][0].a}: {r.checks[0][2]}" if r.checks else ""
-        lines.append(f"{r.claim.name:<20} {r.verdict:<16} {held:>3}/{len(r.checks):<3} {len(r.seeds):>5} "
+        lines.append(f"{r.claim.name:<26} {r.verdict:<16} {held:>3}/{sum(1 for c, _, _ in r.checks if not c.observation):<3} {len(r.seeds):>5} "
                      f"{r.seconds:>5.0f}s  {key}")
     return "\n".join(lines)
 
@@ -157,10 +158,11 @@ def write_docs(results: list[ClaimResult], root: str, docs_dir: str) -> str:
     except (OSError, ValueError):
         store = {}
     for r in results:
-        held = sum(1 for _, ok, _ in r.checks if ok)
+        claim_checks = [ok for c, ok, _ in r.checks if not c.observation]
+        held, total = sum(claim_checks), len(claim_checks)
         store[r.claim.name] = {
             "section": section(r, root, f"reproductions/{r.claim.name}.png"),
-            "verdict": r.verdict, "checks": f"{held}/{len(r.checks)}", "seeds": len(r.seeds),
+            "verdict": r.verdict, "checks": f"{held}/{total}", "seeds": len(r.seeds),
             "seconds": round(r.seconds), "paper": r.claim.paper.split(":")[0],
         }
     rows = ["| reproduction | paper | verdict | checks holding | seeds | time (s) | gated in CI (quick mode) |",
@@ -175,7 +177,8 @@ def write_docs(results: list[ClaimResult], root: str, docs_dir: str) -> str:
         else:
             rows.append(f"| {c.name} | {c.paper.split(':')[0]} | not run yet | | | | {quick} |")
     total = sum(store[c.name]["seconds"] for c in CLAIMS if c.name in store)
-    rows += ["", f"All of them: {total} s on this 2-core machine (`{COMMAND} all`)."]
+    rows += ["", f"All of them: {total} s of runs on this 2-core machine (`{COMMAND} all`; a baseline that "
+             "several claims share runs once and is counted in each)."]
     text = HEADER.format(command=COMMAND, summary="\n".join(rows))
     for c in CLAIMS:
         if c.name in store:

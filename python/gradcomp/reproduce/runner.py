@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .backends import BACKENDS, Context, is_done, reuse_identical
+from .backends import BACKENDS, Context, is_done, record_seconds, reuse_identical, run_seconds
 from .claims import Claim
 from .metrics import Run, aggregate, run_metrics
 from .verdict import decide, verdict
@@ -27,8 +27,9 @@ class ClaimResult:
     target_loss: float | None = None
     checks: list = field(default_factory=list)    # (Check, passed, numbers)
     verdict: str = ""
-    seconds: float = 0.0
-    ran: int = 0                                  # runs executed now (the others were resumed)
+    seconds: float = 0.0       # what the claim's runs took when they ran (a resumed run counts its own time)
+    wall_seconds: float = 0.0  # this invocation (resumed runs cost nothing)
+    ran: int = 0               # runs executed now (the others were resumed)
 
     def failed_gates(self):
         return [(c, shown) for c, ok, shown in self.checks if c.gate and not ok]
@@ -60,12 +61,15 @@ def reproduce(claim: Claim, ctx: Context, out_dir: str, quick: bool, log=sys.std
             run_dir = os.path.join(runs_dir, name)
             request = make_request(settings, seed, name, ctx)
             if not is_done(run_dir, request) and not reuse_identical(out_dir, run_dir, request):
+                began = time.monotonic()
                 execute(run_dir, request, ctx)
+                record_seconds(run_dir, time.monotonic() - began)
                 result.ran += 1
             result.runs[v.label].append(load(run_dir))
+            result.seconds += run_seconds(run_dir)
         print(f"  {claim.name}: {v.label} ({len(seeds)} seeds)", file=log, flush=True)
     _summarise(result)
-    result.seconds = time.monotonic() - started
+    result.wall_seconds = time.monotonic() - started
     return result
 
 
@@ -108,7 +112,7 @@ def _summarise(result: ClaimResult) -> None:
     if not result.checks:
         result.verdict = "no gated check" if claim.in_quick else "not in quick mode"
         return
-    result.verdict = verdict([ok for _, ok, _ in result.checks])
+    result.verdict = verdict([ok for c, ok, _ in result.checks if not c.observation])
 
 
 def diverged_count(runs: list) -> int:
