@@ -19,10 +19,9 @@ def _commit(root: str) -> str:
     try:
         rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()
-        # What this command writes itself (the docs sections, figures, the README's table) does not count.
+        # Only the code counts: the docs (which this command writes too) and the README do not change a run.
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":!docs/reproductions.md", ":!docs/reproductions.json", ":!docs/reproductions",
-                                ":!README.md"], capture_output=True, text=True).stdout.strip()
+                                ":!docs", ":!README.md"], capture_output=True, text=True).stdout.strip()
         return rev + (" with uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
