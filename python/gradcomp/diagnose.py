@@ -75,6 +75,12 @@ def diagnose(compute_ms: float, comm_ms: float, exposed_ms: float, codec_ms: flo
     return Diagnosis(fraction, exposed_share, efficiency, "bandwidth", "compress, or compress harder", ev)
 
 
+def modelled_step_ms(summary: dict, link: str) -> float | None:
+    """A harness summary's modelled step time on the inter-node link named `link` ("1gbit"), or None."""
+    key = next((k for k in summary if k.startswith("model_step_ms[") and f"inter={link}" in k), None)
+    return None if key is None else float(summary[key])
+
+
 def diagnose_summary(summary: dict, slow: str = "1gbit", fast: str = "10gbit") -> Diagnosis:
     """A C++ harness run's summary.json, on the modelled slow link: its compute and codec times are the
     run's, the communication is the modelled step time's (the exposed share from the run itself)."""
@@ -82,8 +88,8 @@ def diagnose_summary(summary: dict, slow: str = "1gbit", fast: str = "10gbit") -
     codec = float(summary.get("encode_ms", 0.0)) + float(summary.get("decode_ms", 0.0))
 
     def modelled(link):
-        key = next((k for k in summary if k.startswith("model_step_ms[") and f"inter={link}" in k), None)
-        return None if key is None else max(0.0, float(summary[key]) - compute)
+        step = modelled_step_ms(summary, link)
+        return None if step is None else max(0.0, step - compute)
 
     slow_ms, fast_ms = modelled(slow), modelled(fast)
     if slow_ms is None:   # no modelled link: the run's own (in-process) times

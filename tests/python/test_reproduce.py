@@ -67,13 +67,13 @@ def test_notebook_executes_headless_on_the_quick_results(quick_results, tmp_path
     assert (out / "notebook_accuracy_by_claim.png").stat().st_size > 10000
 
 
-def test_bad_command_lines_exit_2_naming_the_problem():
+def test_bad_command_lines_exit_2_naming_the_problem(tmp_path):
     p = _reproduce("no-such-claim")
     assert p.returncode == 2 and "no reproduction named 'no-such-claim'" in p.stderr
     p = _reproduce()
     assert p.returncode == 2 and "name at least one reproduction" in p.stderr
-    p = _reproduce("ef-signsgd", "--gradcomp", "/nonexistent/gradcomp", "--out", "/tmp/gradcomp-bad-cli")
-    assert p.returncode != 0
+    p = _reproduce("ef-signsgd", "--gradcomp", "/nonexistent/gradcomp", "--out", str(tmp_path))
+    assert p.returncode == 2 and "/nonexistent/gradcomp" in p.stderr, p.stderr
 
 
 def test_list_names_every_claim():

@@ -12,6 +12,8 @@ import csv
 import math
 from dataclasses import dataclass, field
 
+from ..diagnose import modelled_step_ms
+
 LAST_EVALUATIONS = 5   # accuracy = mean of this many final evaluations
 EMA_ALPHA = 0.05       # loss EMA weight of the newest step (a time constant of 20 steps)
 LINKS = ("1gbit", "10gbit")
@@ -52,10 +54,10 @@ def model_step_times(run: Run, summary: dict) -> None:
     mean_bytes = summary.get("bytes_per_step", 0.0) or 1.0
     compute = summary.get("compute_ms", 0.0)
     for link in LINKS:
-        key = next((k for k in summary if k.startswith("model_step_ms[") and f"inter={link}" in k), None)
-        if key is None:
+        step = modelled_step_ms(summary, link)
+        if step is None:
             continue
-        comm = max(0.0, summary[key] - compute)
+        comm = max(0.0, step - compute)
         run.step_ms[link] = [compute + comm * b / mean_bytes for b in run.bytes_sent]
 
 

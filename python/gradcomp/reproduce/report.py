@@ -37,8 +37,10 @@ def _num(a, digits=2, unit=""):
     return f"{a.mean:.{digits}f}{unit}"
 
 
-def _median_like(a, digits=3):
-    """A to-target number: mean over the seeds that reached the target, and how many did."""
+def _to_target(a, modelled=True, digits=3):
+    """A to-target number: the mean over the seeds that reached the target, and how many did."""
+    if not modelled:
+        return "–"
     if a.count == 0:
         return "not reached"
     return f"{a.mean:.{digits}g} ({a.count})"
@@ -51,6 +53,7 @@ def variant_table(result: ClaimResult) -> list[str]:
             lines.append(f"| {label} | {_num(s['exponent'], 3)} | {_num(s['bound_ratio'], 3)} |")
         return lines
     with_bytes = any(s["total_mb"].mean > 0 for s in result.stats.values())
+    modelled = any(r.step_ms for runs in result.runs.values() for r in runs)   # the harness models wall time
     with_accuracy = any(s["accuracy"].count for s in result.stats.values())
     with_val = any(s["val_loss"].count for s in result.stats.values())
     head = ["variant"] + (["accuracy % (last 5 evals)", "best %"] if with_accuracy else []) + \
@@ -65,15 +68,11 @@ def variant_table(result: ClaimResult) -> list[str]:
     for label, s in result.stats.items():
         row = [label] + ([_num(s["accuracy"]), _num(s["best_accuracy"])] if with_accuracy else []) + \
             ([_num(s["val_loss"], 4)] if with_val else []) + [_num(s["loss"], 4)]
-        if with_bytes and not s["time_to_target_1gbit"].count and s["mb_to_target"].count:
-            row += [f"{s['total_mb'].mean:.3g}", _median_like(s["steps_to_target"]),
-                    _median_like(s["mb_to_target"]), "–", "–"]
-        elif with_bytes:
-            row += [f"{s['total_mb'].mean:.3g}", _median_like(s["steps_to_target"]),
-                    _median_like(s["mb_to_target"]), _median_like(s["time_to_target_1gbit"]),
-                    _median_like(s["time_to_target_10gbit"])]
-        else:
-            row += [_median_like(s["steps_to_target"])]
+        row += [f"{s['total_mb'].mean:.3g}"] if with_bytes else []
+        row += [_to_target(s["steps_to_target"])]
+        if with_bytes:
+            row += [_to_target(s["mb_to_target"]), _to_target(s["time_to_target_1gbit"], modelled),
+                    _to_target(s["time_to_target_10gbit"], modelled)]
         row += [f"{diverged_count(result.runs[label])}/{len(result.runs[label])}"]
         lines.append("| " + " | ".join(row) + " |")
     return lines
