@@ -19,6 +19,7 @@ namespace gradcomp {
 namespace {
 
 constexpr float kHalfMax = 65504.0f;
+constexpr uint32_t kFloatInfBits = 0x7f800000u;  // |bits| at or above: Inf or NaN
 
 // Decoding is code x fl(1 / prescale): every fp16 value decodes finite iff 65504 does.
 bool prescaleDecodes(float p) { return std::isnormal(p) && scalar::reciprocalScaleDecodes(p, kHalfMax); }
@@ -46,6 +47,15 @@ class Fp16Codec final : public BlockCodec {
                   const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
     saturated += cpu::encodeFp16(x, count, prescale_, reinterpret_cast<uint16_t*>(payload) + begin,
                                  streamOut);
+  }
+  // The cast sees every input: its largest |bits| tells Inf/NaN in the same pass; the index is searched
+  // only when there is one.
+  uint64_t encodeTileChecked(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
+    uint32_t largest = 0;
+    saturated += cpu::encodeFp16(x, count, prescale_, reinterpret_cast<uint16_t*>(payload) + begin, streamOut,
+                                 &largest);
+    return largest >= kFloatInfBits ? firstNonFinite(std::span<const float>(x, count)) : EncodeResult::kNoIndex;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteFp16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
@@ -89,6 +99,12 @@ class Bf16Codec final : public BlockCodec {
   void encodeTile(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
     saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin, streamOut);
+  }
+  uint64_t encodeTileChecked(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t& saturated, bool streamOut) const override {
+    uint32_t largest = 0;
+    saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin, streamOut, &largest);
+    return largest >= kFloatInfBits ? firstNonFinite(std::span<const float>(x, count)) : EncodeResult::kNoIndex;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteBf16(reinterpret_cast<const uint16_t*>(payload), h.numElements);

@@ -173,8 +173,11 @@ void subtractSent(const SparseSelection& sel, bool fp16Values, std::span<float> 
 SparseBudget SparseBudget::fromSpec(const CodecSpec& spec) {
   GRADCOMP_CHECK_ARG(!(spec.has("k") && spec.has("ratio")), "codec '", spec.name(), "': give k or ratio, not both");
   SparseBudget b;
-  b.k = spec.getUInt("k", 0, 1, UINT64_MAX);  // k=0 is rejected: a codec that sends nothing is a mistake
-  b.ratio = spec.getDouble("ratio", 0.01, 0.0, 1.0);
+  // Only the one given is read (ratio by default), so the canonical spec names one budget and parses back.
+  if (spec.has("k"))
+    b.k = spec.getUInt("k", 0, 1, UINT64_MAX);  // k=0 is rejected: a codec that sends nothing is a mistake
+  else
+    b.ratio = spec.getDouble("ratio", 0.01, 0.0, 1.0);
   return b;
 }
 

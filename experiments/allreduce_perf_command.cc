@@ -11,8 +11,8 @@
 #include "collectives/inprocess_communicator.h"
 #include "collectives/small_collectives.h"
 #include "core/error.h"
-#include "experiments/cost_model.h"
-#include "experiments/random_data.h"
+#include "collectives/cost_model.h"
+#include "core/random_data.h"
 
 namespace gradcomp {
 namespace {

@@ -7,8 +7,10 @@
 #include <random>
 
 #include "compressors/registry.h"
-#include "experiments/random_data.h"
-#include "experiments/timing.h"
+#include "core/random_data.h"
+#include "core/timing.h"
+#include "kernels/cpu/compiled_isa.h"
+#include "kernels/cpu/cpu_path.h"
 
 namespace gradcomp {
 namespace {
@@ -22,6 +24,7 @@ struct Row {
 }  // namespace
 
 void runCodecsCommand(const CodecsOptions& o, std::ostream& out) {
+  if (!o.cpuPath.empty()) cpu::setCpuPath(cpu::parseCpuPath(o.cpuPath.c_str()));
   std::vector<std::string> specs = o.codecs.empty() ? codecNames() : o.codecs;
   const std::vector<float> x = normalVector(o.numElements, o.seed);
   std::vector<float> decoded(o.numElements);
@@ -51,14 +54,17 @@ void runCodecsCommand(const CodecsOptions& o, std::ostream& out) {
   }
 
   if (o.csv) {
-    out << "codec,bits_per_element,wire_bytes,compression_ratio,relative_l2_error,encode_GBps,decode_GBps\n";
+    out << "codec,bits_per_element,wire_bytes,compression_ratio,relative_l2_error,encode_GBps,decode_GBps,cpu_path\n";
     for (const auto& r : rows)
       out << r.codec << ',' << r.bitsPerElement << ',' << r.wireBytes << ',' << r.ratio << ',' << r.relError << ','
-          << r.encodeGBs << ',' << r.decodeGBs << '\n';
+          << r.encodeGBs << ',' << r.decodeGBs << ',' << cpu::cpuPathName(cpu::activeCpuPath()) << '\n';
     return;
   }
   out << "gradcomp codecs: " << x.size() << " fp32 values ~ N(0,1), seed " << o.seed << ", single thread, median of "
-      << o.repeats << " runs (GB/s of fp32 input)\n\n";
+      << o.repeats << " runs (GB/s of fp32 input)\n";
+  out << "CPU kernel path: " << cpu::cpuPathName(cpu::activeCpuPath()) << " (this CPU supports "
+      << cpu::cpuPathName(cpu::supportedCpuPath()) << "; the casts dispatch at run time, the other kernels use the "
+      << cpu::compiledVectorPaths() << " paths compiled in)\n\n";
   out << std::left << std::setw(22) << "codec" << std::right << std::setw(10) << "bits/elem" << std::setw(14)
       << "wire bytes" << std::setw(10) << "ratio" << std::setw(12) << "rel L2 err" << std::setw(12) << "enc GB/s"
       << std::setw(12) << "dec GB/s" << "\n";

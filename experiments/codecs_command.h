@@ -1,5 +1,5 @@
 // `gradcomp codecs`: one row per codec on a normal random vector -- bits per element, wire bytes,
-// compression ratio, relative L2 error, and encode / decode throughput.
+// compression ratio, relative L2 error, and encode / decode throughput, with the CPU kernel path it used.
 #pragma once
 
 #include <ostream>
@@ -14,6 +14,7 @@ struct CodecsOptions {
   uint64_t seed = 1;
   int repeats = 5;  // timings are the median of this many runs
   std::vector<std::string> codecs;  // empty: every registered codec with its defaults
+  std::string cpuPath;              // avx512 | avx2 | scalar (kernels/cpu/cpu_path.h); empty: the best here
 };
 
 void runCodecsCommand(const CodecsOptions& options, std::ostream& out);

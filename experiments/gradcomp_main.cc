@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   cmd->add_option("--seed", codecs.seed, "Random seed")->check(CLI::NonNegativeNumber);
   cmd->add_option("--repeats", codecs.repeats, "Timed runs per codec (median)")->check(CLI::Range(1, 1000));
   cmd->add_option("--codec", codecs.codecs, "Codec spec, repeatable (e.g. topk:ratio=0.001); default: all");
+  cmd->add_option("--cpu-path", codecs.cpuPath, "CPU kernel path (default: the best this CPU runs)")
+      ->check(CLI::IsMember({"avx512", "avx2", "scalar"}));
 
   gradcomp::AllreducePerfOptions perf;
   std::string transport = "auto";

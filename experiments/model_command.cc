@@ -7,12 +7,10 @@
 #include <map>
 
 #include "core/error.h"
-#include "experiments/cost_model.h"
+#include "collectives/cost_model.h"
 
 namespace gradcomp {
 namespace {
-
-const std::vector<std::string> kCandidates = {"ring", "allgather", "hierarchical", "tree", "randomk"};
 
 struct Row {
   std::string codec, algorithm;
@@ -49,11 +47,10 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
                         : measureCodecSpeed(codec, ef);
   }
 
-  auto configFor = [&](const std::string& codec, const std::string& algorithm, const Topology& t) {
+  auto base = [&](const std::string& codec) {
     AllreduceConfig c;
     c.codec = codec;
     c.errorFeedback = codec == "none" ? "none" : o.errorFeedback;
-    c.algorithm = algorithm == "auto" ? pickAlgorithm(kCandidates, c, speeds[codec], n, t) : algorithm;
     c.lowRank = o.lowRank;
     c.modelMatrices = matrices;
     return c;
@@ -62,17 +59,13 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
   std::vector<Row> rows;
   for (const auto& codec : codecs)
     for (const auto& algorithm : algorithms) {
-      if (algorithm == "hierarchical" && (topo.nodes < 2 || topo.ranksPerNode < 2)) continue;
-      std::unique_ptr<AllreduceAlgorithm> algo;
-      AllreduceConfig c;
+      CodecPrediction p;
       try {
-        c = configFor(codec, algorithm, topo);
-        algo = AllreduceAlgorithm::make(c);
+        p = predictCodec(base(codec), algorithm, speeds[codec], n, topo, compute, o.overlap);
       } catch (const InvalidArgument&) {
-        continue;  // not a pair this algorithm carries
+        continue;  // not a pair this algorithm (or this topology) carries
       }
-      rows.push_back({codec, algorithm == "auto" ? "auto->" + c.algorithm : algorithm,
-                      predict(*algo, speeds[codec], n, topo, compute, o.overlap)});
+      rows.push_back({codec, algorithm == "auto" ? "auto->" + p.algorithm : algorithm, p.prediction});
     }
 
   if (o.csv) {
@@ -105,16 +98,12 @@ void runModelCommand(const ModelOptions& o, std::ostream& out) {
       t.nodes = ranks / t.ranksPerNode;
       for (const auto& codec : codecs)
         for (const auto& algorithm : algorithms) {
-          if (algorithm == "hierarchical" && (t.nodes < 2 || t.ranksPerNode < 2)) continue;
-          AllreduceConfig c;
-          std::unique_ptr<AllreduceAlgorithm> algo;
+          Prediction p;
           try {
-            c = configFor(codec, algorithm, t);
-            algo = AllreduceAlgorithm::make(c);
+            p = predictCodec(base(codec), algorithm, speeds[codec], n, t, compute, o.overlap).prediction;
           } catch (const InvalidArgument&) {
             continue;
           }
-          const Prediction p = predict(*algo, speeds[codec], n, t, compute, o.overlap);
           f << ranks << ',' << t.nodes << ',' << t.ranksPerNode << ',' << codec << ','
             << (algorithm == "auto" ? "auto" : algorithm) << ',' << p.allreduceSeconds * 1e3 << ','
             << p.exposedSeconds * 1e3 << ',' << p.efficiency << '\n';

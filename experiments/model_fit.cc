@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "experiments/cost_model.h"
+#include "collectives/cost_model.h"
 
 namespace gradcomp {
 namespace {

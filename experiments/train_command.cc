@@ -306,11 +306,13 @@ size_t runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std
     }
   }
   if (!leader) return failures.size();
-  // results.csv: the union of the columns, in first-seen order.
+  // results.csv: the union of the scalar columns, in first-seen order (lists such as bucket_elements stay
+  // in each run's summary.json).
   std::vector<std::string> columns = summaryColumns(TrainConfig::fromJson(runs.front()));
   for (const auto& s : summaries)
     for (const auto& [key, value] : s.items())
-      if (std::find(columns.begin(), columns.end(), key) == columns.end()) columns.push_back(key);
+      if (!value.is_structured() && std::find(columns.begin(), columns.end(), key) == columns.end())
+        columns.push_back(key);
   std::ofstream csv(dir + "/results.csv");
   for (size_t c = 0; c < columns.size(); ++c) csv << (c ? "," : "") << '"' << columns[c] << '"';
   csv << "\n";
@@ -323,8 +325,11 @@ size_t runSweepCommand(const TrainCommandOptions& o, Communicator* mpiWorld, std
         std::string text = v.get<std::string>();
         for (size_t p = text.find('"'); p != std::string::npos; p = text.find('"', p + 2)) text.insert(p, 1, '"');
         csv << '"' << text << '"';
+      } else if (v.is_boolean()) {
+        csv << (v.get<bool>() ? 1 : 0);
+      } else if (v.is_number()) {
+        csv << std::setprecision(10) << v.get<double>();
       }
-      else csv << std::setprecision(10) << v.get<double>();
     }
     csv << "\n";
   }

@@ -428,6 +428,15 @@ nlohmann::json TrainingRun::report() const {
   s["optimizer"] = config_.optimizer;
   s["workers"] = ranks_;
   s["bucket_mb"] = config_.bucketMB;
+  // What the cost model needs to model this run on other links and with other codecs (the Python
+  // diagnosis of a codec-bound run: gradcomp.cost_model.alternatives).
+  s["ranks_per_node"] = config_.ranksPerNode > 0 ? config_.ranksPerNode : 1;
+  s["overlap"] = config_.overlap;
+  {
+    nlohmann::json buckets = nlohmann::json::array();
+    for (const auto& b : reducer_->buckets()) buckets.push_back(b.elements);
+    s["bucket_elements"] = buckets;
+  }
   s["steps"] = config_.steps;
   s["final_test_accuracy"] = ms.back().testAccuracy;
   s["mean_test_accuracy"] = meanAccuracy;

@@ -275,8 +275,9 @@ def main(argv=None) -> int:
                "steps": args.steps, "final_val_loss": val_loss, "evals": evals,
                "median_step_seconds": steady[len(steady) // 2] if steady else float("nan"),
                "bytes_per_step": sum(sent) / max(len(sent), 1), "final_train_loss": loss_value,
-               # Per step (rank 0's loss, this rank's bytes), for curves: the paper reproductions plot them.
-               "train_losses": losses, "bytes_sent": sent}
+               # Per step (rank 0's loss, this rank's bytes and wall time), for curves: the paper
+               # reproductions plot them and model each step's time on slower links.
+               "train_losses": losses, "bytes_sent": sent, "step_seconds": step_times}
     if rank == 0:
         print(json.dumps(summary))
         if args.summary:

@@ -6,11 +6,15 @@
 
 namespace gradcomp::cpu {
 
+// The vector path (AVX-512, AVX2 + F16C or scalar) is chosen at run time: kernels/cpu/cpu_path.h.
+
 // out[i] = fp16(in[i] * prescale); returns how many finite values saturated to +-65504.
 // streamOut: write with non-temporal stores (out 16-byte aligned), for outputs far larger than the
 // caches, where a normal store first reads the line it overwrites. Same bytes either way; the caller
-// ends with fenceStreamedStores().
-uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut = false);
+// ends with fenceStreamedStores(). maxAbsBits, when given, receives the largest |bits| of the input (>=
+// 0x7f800000: an Inf or NaN was there), found in the same pass.
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut = false,
+                    uint32_t* maxAbsBits = nullptr);
 // Orders this thread's non-temporal stores before its later stores: call once after the last
 // streamed call, before the data is handed to another thread or the caller (an sfence).
 void fenceStreamedStores();
@@ -18,7 +22,7 @@ void fenceStreamedStores();
 // out[i] (=|+=) fp16 value * inversePrescale.
 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
 
-uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false);
+uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false, uint32_t* maxAbsBits = nullptr);
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
 
 // Index of the first Inf/NaN code, or n.

@@ -12,5 +12,7 @@ void bindCodec(nanobind::module_& m);
 void bindErrorFeedback(nanobind::module_& m);
 void bindParts(nanobind::module_& m);
 void bindLowRank(nanobind::module_& m);
+void bindCostModel(nanobind::module_& m);
+void bindCpuPath(nanobind::module_& m);
 
 }  // namespace gradcomp::python

@@ -15,6 +15,8 @@ NB_MODULE(_C, m) {
   gradcomp::python::bindErrorFeedback(m);
   gradcomp::python::bindParts(m);
   gradcomp::python::bindLowRank(m);
+  gradcomp::python::bindCostModel(m);
+  gradcomp::python::bindCpuPath(m);
   nanobind::dict build;
 #ifdef GRADCOMP_HAVE_CUDA
   build["cuda"] = true;

@@ -22,6 +22,8 @@
 #include "compressors/registry.h"
 #include "core/sha256.h"
 #include "kernels/cpu/compiled_isa.h"
+#include "kernels/cpu/cpu_path.h"
+#include "tests/kernels/cpu_path_params.h"
 #include "tests/compressors/codec_test_util.h"
 
 namespace gradcomp {
@@ -78,8 +80,22 @@ const std::map<std::string, Golden>& goldenTable() {
   return table;
 }
 
-TEST(GoldenWire, EveryCodecConfigurationGivesTheCommittedBytes) {
-  const bool print = std::getenv("GRADCOMP_PRINT_GOLDEN") != nullptr;
+// Every vector path this CPU runs (AVX-512, AVX2, scalar: kernels/cpu/cpu_path.h) must give the
+// committed bytes: the hashes pin each path to the others on every machine that has it.
+class GoldenWire : public ::testing::TestWithParam<cpu::CpuPath> {
+ protected:
+  void SetUp() override {
+    if (GetParam() > cpu::supportedCpuPath())
+      GTEST_SKIP() << "this CPU and build cannot run the " << cpu::cpuPathName(GetParam()) << " path";
+    saved_ = cpu::activeCpuPath();
+    cpu::setCpuPath(GetParam());
+  }
+  void TearDown() override { cpu::setCpuPath(saved_); }
+  cpu::CpuPath saved_ = cpu::CpuPath::Scalar;
+};
+
+TEST_P(GoldenWire, EveryCodecConfigurationGivesTheCommittedBytes) {
+  const bool print = std::getenv("GRADCOMP_PRINT_GOLDEN") != nullptr && GetParam() == cpu::CpuPath::Scalar;
   const std::vector<float> input = goldenInput(1), e = [] {
     std::vector<float> r = goldenInput(2);
     for (float& v : r) v *= 0.01f;
@@ -113,9 +129,13 @@ TEST(GoldenWire, EveryCodecConfigurationGivesTheCommittedBytes) {
     ++checked;
   }
   EXPECT_EQ(checked, goldenTable().size()) << "the table has rows for configurations no longer tested";
-  std::printf("golden wire hashes: %zu configurations checked on this build's %s kernel paths%s\n", checked,
-              cpu::compiledVectorPaths(), cpu::compiledWithAvx512() ? " (compiled with AVX-512 enabled)" : "");
+  std::printf("golden wire hashes: %zu configurations checked on the %s path (this build compiles %s%s)\n", checked,
+              cpu::cpuPathName(cpu::activeCpuPath()), cpu::compiledVectorPaths(),
+              cpu::compiledWithAvx512() ? ", with AVX-512 enabled" : "");
 }
+
+INSTANTIATE_TEST_SUITE_P(CpuPaths, GoldenWire,
+                         ::testing::Values(cpu::CpuPath::Avx512, cpu::CpuPath::Avx2, cpu::CpuPath::Scalar), cpu::cpuPathTestName);
 
 }  // namespace
 }  // namespace gradcomp

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import tempfile
+import time
 import traceback
 from typing import Callable
 
@@ -20,6 +21,7 @@ import torch.multiprocessing as mp
 
 import gradcomp
 import gradcomp.torch as gt
+from gradcomp.torch._exchange import ExchangeStats
 
 CHECKS: dict[str, tuple[Callable, tuple[int, ...]]] = {}
 
@@ -218,6 +220,35 @@ def statistics_count_the_bytes_each_algorithm_sends(rank, group):
            f"fractions {s['comm_fraction']}, {s['scaling_efficiency']}")
     expect(s["bottleneck"] in ("compute", "latency", "bandwidth", "codec", "overlap"), f"bottleneck {s['bottleneck']}")
     expect("scaling efficiency" in s["diagnosis"] and s["bottleneck"] + "-bound" in s["diagnosis"], s["diagnosis"])
+    expect("model_step_ms" not in s, "no model_links: nothing modelled")
+    state.close()
+
+    # model_links: each step modelled on the named links (cost model wire time for these buckets).
+    links = ["inter=1gbit/50us", "inter=10gbit/50us"]
+    ddp, state = hooked(group, "int8:block=256", "ef", min_numel=0, model_links=links)
+    train(ddp, data)
+    s = state.last_stats
+    m = s["model_step_ms"]
+    compute_ms = 1e3 * (s["iteration_seconds"] - s["exposed_seconds"])
+    expect(sorted(m) == sorted(links) and m[links[0]] > m[links[1]] >= compute_ms - 1e-9, f"modelled {m}")
+    # A crafted codec-bound step (8 of 10 ms exposed, 6 ms of codec) on a link so fast that no codec pays:
+    # the diagnosis names fp32 (none) from the cost model's candidates (no backward after the first bucket
+    # to hide behind).
+    fast = gt.DDPState(ddp, codec="int8:block=256", error_feedback="ef", process_group=group,
+                       model_links=["inter=10000GB/0us"])
+    now = time.perf_counter()
+    fast._previous_step_done, fast._last_bucket_submitted = now - 0.010, now - 0.008
+    fast._pending_stats = {"started": now - 0.008, "traffic": state._pending_stats["traffic"]}
+    fast.last_stats = {}
+    fast._diagnose(ExchangeStats(bytes_sent=1000, codec_seconds=0.006, comm_seconds=0.002))
+    d = fast.last_stats
+    expect(d["bottleneck"] == "codec" and "switch to codec none" in d["diagnosis"] and
+           "modelled step per codec on this link" in d["diagnosis"], d["diagnosis"])
+    try:
+        gt.DDPState(ddp, codec="int8", process_group=group, model_links=["inter=fast"])
+        expect(False, "a bad model link was accepted")
+    except gradcomp.InvalidArgument as e:
+        expect("'fast'" in str(e), str(e))
 
 
 def _resume(group, rank, codec, ef, cap_before, cap_after, steps=6, cut=3):

@@ -33,6 +33,15 @@ def test_codecs_lists_every_registered_codec():
                                  "int4"]
 
 
+@pytest.mark.parametrize("name", gradcomp.codecs())
+def test_every_canonical_spec_parses_back_to_itself(name):
+    # The canonical spec is what configs, checkpoints and the cost model hand back to the parser (the
+    # sparse codecs once named both k=0 and ratio, which the parser refuses).
+    for spec in (name, name + ":k=100") if name in ("topk", "randomk", "threshold") else (name,):
+        canonical = gradcomp.Codec(spec).canonical_spec
+        assert gradcomp.Codec(canonical).canonical_spec == canonical
+
+
 @pytest.mark.parametrize("spec", CONFIGURATIONS)
 def test_python_writes_the_bytes_the_cli_writes(spec, tmp_path, gradcomp_cli):
     x = normal(4099, seed=11)
@@ -246,3 +255,27 @@ def test_a_message_of_parts_holds_each_parts_own_wire_and_forged_lengths_are_ref
     x[1500] = np.nan
     code, bad, _, _, _ = gradcomp._C.encode_parts_into(codec._c, exact._c, x, _parts(rows), msg, 32)
     assert (code, bad) == (1, 1500)
+
+
+def test_every_cpu_path_here_writes_the_same_bytes():
+    # The vector path is chosen at run time (avx512 where the CPU has it); each one this CPU runs gives the
+    # scalar reference's wire, and asking for one it cannot run is refused by name.
+    from gradcomp import _C
+    saved = _C.cpu_path()
+    order = ["scalar", "avx2", "avx512"]
+    x = np.concatenate([normal(4099, seed=11) * 3e4, [65519.0, 65520.0, -3.39e38, 1e-40]]).astype(np.float32)
+    try:
+        for spec in ("fp16", "fp16:prescale=0.125", "bf16"):
+            c = gradcomp.Codec(spec)
+            _C.set_cpu_path("scalar")
+            want = c.encode(x)
+            for path in order[1:order.index(_C.supported_cpu_path()) + 1]:
+                _C.set_cpu_path(path)
+                got = c.encode(x)
+                assert _C.cpu_path() == path
+                assert bytes(got.wire) == bytes(want.wire) and got.saturated == want.saturated, (spec, path)
+                assert np.array_equal(c.decode(got.wire).view(np.uint32), c.decode(want.wire).view(np.uint32))
+        with pytest.raises(gradcomp.InvalidArgument, match="'sse9' is not one of avx512, avx2, scalar"):
+            _C.set_cpu_path("sse9")
+    finally:
+        _C.set_cpu_path(saved)

@@ -105,9 +105,16 @@ try:
     # The other commands range-check their options too (CLI11 reports them; never an abort or a hang).
     for args, text in ((["allreduce-perf", "--ranks", "100000"], "--ranks"), (["allreduce-perf", "-c", "7"], "--check"),
                        (["allreduce-perf", "--seed", "-1"], "--seed"), (["codecs", "--seed", "-1"], "--seed"),
-                       (["model", "--encode-gbps", "-1"], "--encode-gbps"), (["model", "--overlap", "2"], "--overlap")):
+                       (["model", "--encode-gbps", "-1"], "--encode-gbps"), (["model", "--overlap", "2"], "--overlap"),
+                       (["codecs", "--cpu-path", "sse9"], "--cpu-path")):
         p = run([a.gradcomp] + args, timeout=60, expect_ok=False)
         check(p.returncode not in (0, 134) and text in p.stderr, f"{' '.join(args)}: refused naming {text}")
+
+    # `gradcomp codecs` names the CPU kernel path it used; scalar is there on every CPU.
+    table = run([a.gradcomp, "codecs", "--n", "4096", "--codec", "fp16", "--repeats", "1", "--cpu-path", "scalar"]).stdout
+    check("CPU kernel path: scalar" in table, f"codecs: the path is named ({table[:300]})")
+    rows = run([a.gradcomp, "codecs", "--n", "4096", "--codec", "bf16", "--repeats", "1", "--csv"]).stdout.splitlines()
+    check(rows[0].endswith(",cpu_path") and rows[1].split(",")[-1] in ("avx512", "avx2", "scalar"), f"codecs csv: {rows}")
 
     # Interrupted at step 17 (checkpoint at 15), resumed: the same losses as the straight run.
     out2 = os.path.join(tmp, "resume")

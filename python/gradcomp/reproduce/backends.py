@@ -23,7 +23,8 @@ import shutil
 import subprocess
 import sys
 
-from .metrics import Run, model_step_times, read_metrics_csv
+from ..diagnose import diagnose_summary
+from .metrics import Run, model_measured_steps, model_step_times, read_metrics_csv
 
 
 class Context:
@@ -145,6 +146,7 @@ def load_harness(run_dir: str) -> Run:
     summary = _load_json(os.path.join(run_dir, "summary.json"))
     if summary:
         model_step_times(run, summary)
+        run.diagnosis = diagnose_summary(summary).sentence()
     return run
 
 
@@ -181,6 +183,7 @@ def load_mnist1d(run_dir: str) -> Run:
               evaluations=[tuple(e) for e in record.get("evaluations", [])])
     run.status, run.error = outcome["status"], outcome.get("error", "")
     run.planned_steps = int(record.get("planned_steps", len(run.steps)))
+    model_measured_steps(run, record.get("step_seconds"), int(record.get("world", 1)))
     return run
 
 
@@ -218,6 +221,7 @@ def load_char_gpt(run_dir: str) -> Run:
               val_losses=[(e["step"] - 1, e["val_loss"]) for e in summary.get("evals", [])])
     run.status, run.error = outcome["status"], outcome.get("error", "")
     run.planned_steps = int(summary.get("steps", len(losses)))
+    model_measured_steps(run, summary.get("step_seconds"), int(summary.get("world", 1)))
     return run
 
 

@@ -17,6 +17,9 @@ from ..diagnose import modelled_step_ms
 LAST_EVALUATIONS = 5   # accuracy = mean of this many final evaluations
 EMA_ALPHA = 0.05       # loss EMA weight of the newest step (a time constant of 20 steps)
 LINKS = ("1gbit", "10gbit")
+# The links the PyTorch runs are modelled on: the C++ harness's default model_links, so both kinds of
+# run are timed on the same networks.
+LINK_SPECS = {"1gbit": "inter=1gbit/50us", "10gbit": "inter=10gbit/50us"}
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Run:
     evaluations: list = field(default_factory=list)   # (step, test accuracy 0..1)
     val_losses: list = field(default_factory=list)    # (step, held-out loss): models without accuracy
     step_ms: dict = field(default_factory=dict)       # link -> [modelled ms of each step]
+    diagnosis: str = ""                               # gradcomp.diagnose on the 1 Gbit/s link
     status: str = "ok"                                # ok | diverged | failed
     error: str = ""
     planned_steps: int = 0
@@ -59,6 +63,33 @@ def model_step_times(run: Run, summary: dict) -> None:
             continue
         comm = max(0.0, step - compute)
         run.step_ms[link] = [compute + comm * b / mean_bytes for b in run.bytes_sent]
+
+
+def model_measured_steps(run: Run, step_seconds, world: int) -> None:
+    """Per-step modelled time of a PyTorch DDP run on each link: the step's measured wall time (forward,
+    backward, codec, optimizer and the exchange between processes on this machine) plus the cost model's
+    wire time for the bytes the step sent, as a ring of `world` ranks, one per node (gradcomp.cost_model;
+    every hook alike, with no overlap credited, so DDP's own all-reduce and gradcomp's hook compare
+    fairly). Nothing when the record has no step times or a single rank."""
+    if not step_seconds or world < 2 or len(step_seconds) != len(run.bytes_sent):
+        return
+    from .. import _C
+    from ..diagnose import diagnose
+    ring_share = 2 * (world - 1) / world   # bytes one rank sends per fp32 byte of a ring all-reduce
+    wires = {}
+    for link in LINKS:
+        spec = LINK_SPECS[link]
+        wires[link] = [1e3 * _C.predict_allreduce("none", max(1, round(sent / (4 * ring_share))), world, spec,
+                                                  algorithm="ring")["wire_seconds"] for sent in run.bytes_sent]
+        run.step_ms[link] = [1e3 * t + w for t, w in zip(step_seconds, wires[link])]
+    # The diagnosis of a median step on the slow link: the measured step stands for compute (its codec
+    # time included: the records do not split it out), the modelled wire time for the exposed part.
+    def median(v):
+        v = sorted(v[min(5, len(v) - 1):])   # the first steps include DDP's bucket rebuild
+        return v[len(v) // 2]
+    slow, fast = median(wires[LINKS[0]]), median(wires[LINKS[1]])
+    run.diagnosis = diagnose(1e3 * median(list(step_seconds)), slow, slow, wire_ms_slow_link=slow,
+                             wire_ms_fast_link=fast).sentence()
 
 
 def ema(values, alpha=EMA_ALPHA):

@@ -7,7 +7,7 @@ PyTorch user trains. The reproductions start it under torchrun:
 REQUEST: model, hook ("gradcomp" or "none": DDP's own all-reduce), codec, ef, min_numel, optimizer
 ("sgd:lr=,momentum=" or "adam:lr="), steps, batch_size (per rank), eval_every, seed. Each rank draws its
 batches from its own 1/W of the training set (an iid split); rank 0 evaluates on the test set and writes
-RECORD (the record mnist1d_models.train returns, plus per-step bytes). A run that diverges keeps going
+RECORD (the record mnist1d_models.train returns, plus per-step bytes and wall time). A run that diverges keeps going
 (every rank takes the same steps, so none waits for a peer that stopped) unless gradcomp's hook refuses
 the non-finite gradient, which it does on every rank at once; either way the record says where.
 """
@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import time
 
 
 def _optimizer(spec: str, params):
@@ -59,11 +60,13 @@ def main(argv) -> int:
     opt = _optimizer(request["optimizer"], ddp.parameters())
     order = torch.Generator().manual_seed(seed * 1000 + rank)
     steps, batch, every = int(request["steps"]), int(request["batch_size"]), int(request["eval_every"])
-    record = {"steps": [], "loss": [], "evaluations": [], "bytes_sent": [], "planned_steps": steps, "status": "ok"}
+    record = {"steps": [], "loss": [], "evaluations": [], "bytes_sent": [], "step_seconds": [],
+              "planned_steps": steps, "status": "ok", "world": world}
     fp32_ring = 2 * (world - 1) / world * 4 * n_params
     import gradcomp
     for step in range(steps):
         idx = shard[torch.randint(0, shard.numel(), (batch,), generator=order)]
+        t0 = time.perf_counter()
         loss = torch.nn.functional.cross_entropy(ddp(x[idx]), y[idx])
         opt.zero_grad(set_to_none=True)
         try:
@@ -74,6 +77,7 @@ def main(argv) -> int:
             record.update(status="diverged", error=f"non-finite gradient at step {step}")
             break
         opt.step()
+        record["step_seconds"].append(time.perf_counter() - t0)   # modelled wall time (metrics.py)
         value = loss.item()
         record["steps"].append(step)
         record["loss"].append(value)

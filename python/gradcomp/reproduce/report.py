@@ -10,6 +10,7 @@ import os
 import subprocess
 
 from .claims import CLAIMS
+from .metrics import Run
 from .runner import ClaimResult, diverged_count
 
 COMMAND = ".venv/bin/python -m gradcomp.reproduce"
@@ -98,6 +99,11 @@ def section(result: ClaimResult, root: str, figure: str) -> str:
         note = " (observation, not in the verdict)" if check.observation else ("" if check.gate else " (not gated)")
         out.append(f"| {check.statement()}{note} | {shown} | "
                    f"{'yes' if ok else '**no**'} |")
+    diagnoses = [(label, next((r.diagnosis for r in runs if isinstance(r, Run) and r.diagnosis and r.status == "ok"),
+                               "")) for label, runs in result.runs.items()]
+    if any(d for _, d in diagnoses):
+        out += ["", "**Diagnosis at 1 Gbit/s** (gradcomp.diagnose, first seed of each variant):", ""]
+        out += [f"- {label}: {d}" for label, d in diagnoses if d]
     out += ["", f"![{c.name}]({figure})", "",
             f"`{COMMAND} {c.name}` — {len(result.seeds)} seeds, {result.seconds:.0f} s of runs on this machine, "
             f"commit {_commit(root)}.", ""]
@@ -138,8 +144,11 @@ fails when a gated check fails: the test suite runs it.
 Rules of evaluation: accuracy is the mean of the last 5 evaluations (and the best one), never a single
 snapshot; training loss is an exponential moving average (weight 0.05 per step); comparisons are also made
 at a target loss (1.5x the baseline's final loss): steps, bytes and modelled wall time at 1 and 10 Gbit/s
-to reach it. The modelled time is the harness's cost model (compute measured, communication from the
-bytes at the link's rate and latency, overlap with the backward pass).
+to reach it. The modelled time is the cost model of collectives/cost_model.h on inter=1gbit/50us and
+inter=10gbit/50us, one rank a node. Harness runs: compute and codec times measured, the wire time of the
+run's buckets at the link's rate and latency, hidden behind the backward pass where overlap allows.
+PyTorch DDP runs (the GPT, MNIST-1D under torchrun): each step's measured wall time plus the wire time of
+the bytes it sent, as a ring, no overlap credited (DDP's own all-reduce and gradcomp's hook alike).
 
 ## Summary
 

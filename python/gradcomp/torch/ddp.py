@@ -16,14 +16,15 @@ nonfinite="skip", that rank sends zeros for the bucket).
 
 import datetime
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
-from ..diagnose import diagnose
+from .. import cost_model
+from ..diagnose import codec_bound, diagnose
 from ._agreement import check_ranks_agree
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status
 from ._layout import Layout, Piece, ResidualStore
@@ -64,12 +65,18 @@ class DDPState:
     nonfinite       "error" (a NonFiniteError naming the parameter) or "skip" (send zeros, warn)
     timeout         the deadline of every wait on a collective
     threads         CPU threads per codec call
+    model_links     link specs ("inter=1gbit/50us") to model each step on: last_stats["model_step_ms"]
+                    holds this step's modelled time on each (gradcomp.cost_model: the measured compute
+                    and codec times, the cost model's wire time for these buckets, hidden behind the
+                    backward that follows the first bucket); the first one is also the link a codec-bound
+                    diagnosis compares codecs on (default: the rate this step's traffic moved at)
     """
 
     def __init__(self, module: Optional[torch.nn.Module], *, codec: str = "int8", error_feedback: str = "ef",
                  algorithm: str = "auto", process_group: Optional[dist.ProcessGroup] = None, start_iter: int = 0,
                  min_numel: int = 1024, seed: int = 0, nonfinite: str = "error",
-                 timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1):
+                 timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1,
+                 model_links: Sequence[str] = ()):
         if error_feedback not in ERROR_FEEDBACK:
             raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got "
                                      f"{error_feedback!r} (ef21 and dgc run through gradcomp.ErrorFeedback "
@@ -94,6 +101,9 @@ class DDPState:
         self.nonfinite = nonfinite
         self.timeout = timeout
         self.threads = threads
+        self.model_links = tuple(model_links)
+        for link in self.model_links:   # a bad spec fails here, naming itself, not at the first step
+            _C.predict_allreduce("none", 1, 1, link)
         self.iter = 0  # DDP iterations completed (advanced when the last bucket is submitted)
         self.residuals = ResidualStore()         # the senders' error (ef)
         self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
@@ -285,7 +295,8 @@ class DDPState:
         if p.get("step") != step:
             p.clear()
             p.update(step=step, buckets=0, elements=0, compressed_elements=0, stats=ExchangeStats(),
-                     started=time.perf_counter())
+                     started=time.perf_counter(), traffic=[])
+        p["traffic"].append(cost_model.BucketTraffic(elements, compressed_elements))
         p["buckets"] += 1
         p["elements"] += elements
         p["compressed_elements"] += compressed_elements
@@ -307,7 +318,8 @@ class DDPState:
     def _diagnose(self, s: ExchangeStats) -> None:
         """last_stats' diagnosis (gradcomp.diagnose): the step is the time between two steps' last buckets
         completing, the exposed communication the time from the last bucket's hand-over (backward done)
-        to its completion, compute the rest. From the second step on."""
+        to its completion, compute the rest. From the second step on. The modelled steps on model_links,
+        and a codec-bound step's alternatives, come from gradcomp.cost_model."""
         now = time.perf_counter()
         previous, self._previous_step_done = self._previous_step_done, now
         if previous is None or self._last_bucket_submitted is None:
@@ -315,10 +327,39 @@ class DDPState:
         iteration = now - previous
         exposed = min(max(0.0, now - self._last_bucket_submitted), iteration)
         comm = s.comm_seconds + s.codec_seconds
-        d = diagnose(1e3 * (iteration - exposed), 1e3 * max(comm, exposed), 1e3 * exposed, 1e3 * s.codec_seconds)
+        compute_ms, exposed_ms, codec_ms = 1e3 * (iteration - exposed), 1e3 * exposed, 1e3 * s.codec_seconds
+        # What overlap can hide: the backward that runs after the step's first bucket was handed over.
+        hideable_ms = 1e3 * max(0.0, self._last_bucket_submitted - self._pending_stats["started"])
+        traffic = self._pending_stats["traffic"]
+        world = dist.get_world_size(self.process_group)
+        modelled, alternatives = {}, []
+        try:   # what the model says is an observation: its failure is reported, never fails the step
+            for link in self.model_links:
+                wire, _ = cost_model.wire_and_codec_ms(self.codec.canonical_spec, traffic, world, link,
+                                                       algorithm=_MODEL_ALGORITHM[self.algorithm],
+                                                       measure_codec=False)
+                modelled[link] = cost_model.step_ms(compute_ms, hideable_ms, wire, codec_ms)
+            if codec_bound(compute_ms, exposed_ms, codec_ms) and world > 1:
+                link = self.model_links[0] if self.model_links else cost_model.effective_link(s.bytes_sent,
+                                                                                              s.comm_seconds)
+                if link is not None:
+                    codecs = (self.codec.canonical_spec,) + tuple(c for c in cost_model.CANDIDATE_CODECS
+                                                                  if c != self.codec.canonical_spec)
+                    found = cost_model.alternatives(traffic, world, link, compute_ms, hideable_ms, codecs)
+                    alternatives = [(a.codec, a.step_ms) for a in found]
+        except _C.Error as e:
+            self.last_stats["model_error"] = str(e)
+        d = diagnose(compute_ms, 1e3 * max(comm, exposed), exposed_ms, codec_ms, codec=self.codec.canonical_spec,
+                     alternatives=alternatives)
         self.last_stats.update(iteration_seconds=iteration, exposed_seconds=exposed,
                                comm_fraction=d.comm_fraction, scaling_efficiency=d.efficiency,
                                bottleneck=d.bottleneck, diagnosis=d.sentence())
+        if modelled:
+            self.last_stats["model_step_ms"] = modelled
+
+
+# The C++ algorithm whose cost the cost model charges for each of the hook's exchanges.
+_MODEL_ALGORITHM = {"reduce-scatter": "ring", "allgather": "allgather", "randomk": "randomk"}
 
 
 def _value_or_raise(fut: torch.futures.Future) -> torch.Tensor:

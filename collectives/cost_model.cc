@@ -1,4 +1,4 @@
-#include "experiments/cost_model.h"
+#include "collectives/cost_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,13 +6,10 @@
 
 #include "compressors/registry.h"
 #include "core/error.h"
-#include "experiments/random_data.h"
-#include "experiments/timing.h"
+#include "core/random_data.h"
+#include "core/timing.h"
 
 namespace gradcomp {
-namespace {
-
-}  // namespace
 
 CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorFeedback, size_t n, int repeats) {
   PayloadCodec payload(codec, errorFeedback);
@@ -61,6 +58,21 @@ std::string pickAlgorithm(const std::vector<std::string>& candidates, const Allr
   }
   GRADCOMP_CHECK_ARG(!best.empty(), "no candidate algorithm carries codec '", base.codec, "'");
   return best;
+}
+
+const std::vector<std::string>& autoCandidates() {
+  static const std::vector<std::string> names = {"ring", "allgather", "hierarchical", "tree", "randomk"};
+  return names;
+}
+
+CodecPrediction predictCodec(const AllreduceConfig& base, const std::string& algorithm, const CodecSpeed& speed,
+                             size_t numElements, const Topology& topology, double computeSeconds, double overlap) {
+  GRADCOMP_CHECK_ARG(algorithm != "hierarchical" || (topology.nodes >= 2 && topology.ranksPerNode >= 2),
+                     "hierarchical needs >= 2 nodes of >= 2 ranks");
+  AllreduceConfig c = base;
+  c.algorithm = algorithm == "auto" ? pickAlgorithm(autoCandidates(), base, speed, numElements, topology) : algorithm;
+  const auto algo = AllreduceAlgorithm::make(c);
+  return {c.algorithm, predict(*algo, speed, numElements, topology, computeSeconds, overlap)};
 }
 
 }  // namespace gradcomp

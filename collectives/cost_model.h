@@ -40,4 +40,17 @@ Prediction predict(const AllreduceAlgorithm& algorithm, const CodecSpeed& speed,
 std::string pickAlgorithm(const std::vector<std::string>& candidates, const AllreduceConfig& base,
                           const CodecSpeed& speed, size_t numElements, const Topology& topology);
 
+// The algorithms `auto` chooses among.
+const std::vector<std::string>& autoCandidates();
+
+struct CodecPrediction {
+  std::string algorithm;  // the one predicted (auto: the pick)
+  Prediction prediction;
+};
+
+// `base` (codec, error feedback, low-rank options, matrices) under `algorithm` ("auto": the fastest of
+// autoCandidates()). Throws InvalidArgument when the algorithm cannot carry the codec or the topology.
+CodecPrediction predictCodec(const AllreduceConfig& base, const std::string& algorithm, const CodecSpeed& speed,
+                             size_t numElements, const Topology& topology, double computeSeconds, double overlap);
+
 }  // namespace gradcomp

@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""gradcomp's CPU codecs against PyTorch doing the same work on the same data, in one process.
+
+For every row (a codec's encode, decode or decode-accumulate on 16M N(0, 1) fp32 values) it times
+  torch eager     the best eager form: preallocated outputs and in-place / out= ops, no temporaries
+                  that can be avoided;
+  torch.compile   the same function compiled by inductor (CPU, default mode), outputs returned;
+  gradcomp        gradcomp.Codec with preallocated outputs (the Python package, the same C++ kernels
+                  as the C++ library);
+each sample as a multiple of a memcpy of the same 64 MiB input (numpy.copyto) taken just before it, the
+tools interleaved sample by sample, at 1 and 2 threads (torch.set_num_threads and gradcomp's threads=),
+and reports the median ratio of each. torch's work is the codec's math without gradcomp's extras
+(saturation count, NaN/Inf detection, wire headers), so a tie favours torch.
+
+Also the small-tensor overhead: encode + decode of 1K, 4K and 64K values (fp16 and int8), in
+microseconds per call pair, against torch eager doing the same work.
+
+  .venv/bin/python benchmarks/side_by_side.py [--n 16777216] [--rounds 9] [--threads 1 2]
+                                             [--rows fp16,int8,...] [--doc]
+
+--doc writes the tables, with the machine's CPU, ISA and the command, between
+<!-- side-by-side:table --> and <!-- /side-by-side:table --> in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import gradcomp
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+# --- torch's forms of each codec's math ----------------------------------------------------------------
+
+def _blocks(x, b):
+    return x.view(-1, b)
+
+
+class Buffers:
+    """Preallocated outputs for torch eager, sized for n values."""
+
+    def __init__(self, x: torch.Tensor):
+        n = x.numel()
+        self.x = x
+        self.f32 = torch.empty_like(x)
+        self.acc = torch.zeros_like(x)
+        self.h16 = torch.empty(n, dtype=torch.float16)
+        self.b16 = torch.empty(n, dtype=torch.bfloat16)
+        self.f8 = torch.empty(n, dtype=torch.float8_e4m3fn)
+        self.i8 = torch.empty(n, dtype=torch.int8)
+        self.u8 = torch.empty(n, dtype=torch.uint8)
+        self.bool = torch.empty(n, dtype=torch.bool)
+        self.packed = torch.empty(n // 8, dtype=torch.uint8)
+        self.nibbles = torch.empty(n // 2, dtype=torch.uint8)
+        self.weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+        self.shifts = torch.arange(8, dtype=torch.uint8)
+        self.scale = {b: torch.empty(n // b, 1) for b in (128, 256, 512, 1024)}
+        k = max(1, n // 100)
+        self.topv = torch.empty(k)
+        self.topi = torch.empty(k, dtype=torch.int64)
+        self.vals = torch.empty(k)
+
+
+def eager_cast_encode(dtype):
+    def run(B):
+        (B.h16 if dtype == torch.float16 else B.b16).copy_(B.x)
+    return run
+
+
+def eager_cast_decode(dtype, accumulate):
+    def run(B):
+        src = B.h16 if dtype == torch.float16 else B.b16
+        if accumulate:
+            B.acc.add_(src)
+        else:
+            B.f32.copy_(src)
+    return run
+
+
+def eager_block_encode(kind, block):
+    limit = 448.0 if kind == "fp8" else 127.0
+
+    def run(B):
+        xb, tmp, s = _blocks(B.x, block), _blocks(B.f32, block), B.scale[block]
+        torch.abs(xb, out=tmp)
+        torch.amax(tmp, 1, keepdim=True, out=s)
+        s.div_(limit)
+        torch.div(xb, s, out=tmp)
+        if kind == "fp8":
+            B.f8.copy_(B.f32)
+        else:
+            tmp.round_()
+            B.i8.copy_(B.f32)
+    return run
+
+
+def eager_block_decode(kind, block, accumulate):
+    def run(B):
+        q = B.f8 if kind == "fp8" else B.i8
+        s = B.scale[block]
+        if accumulate:
+            B.f32.copy_(q)
+            _blocks(B.acc, block).addcmul_(_blocks(B.f32, block), s)
+        else:
+            B.f32.copy_(q)
+            _blocks(B.f32, block).mul_(s)
+    return run
+
+
+def eager_int8_stochastic(B):
+    xb, tmp, s = _blocks(B.x, 256), _blocks(B.f32, 256), B.scale[256]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    s.div_(127.0)
+    torch.div(xb, s, out=tmp)
+    B.acc.uniform_()        # the dither (acc is scratch here)
+    tmp.add_(_blocks(B.acc, 256)).floor_()
+    B.i8.copy_(B.f32)
+
+
+def eager_qsgd4(B):
+    # Per block of 512: norm, level = floor(|x| / norm * 7 + u), code = level | sign << 3, two per byte.
+    xb, tmp, s = _blocks(B.x, 512), _blocks(B.f32, 512), B.scale[512]
+    torch.linalg.vector_norm(xb, dim=1, keepdim=True, out=s)
+    torch.abs(xb, out=tmp)
+    tmp.div_(s).mul_(7.0)
+    B.acc.uniform_()
+    tmp.add_(_blocks(B.acc, 512)).floor_()
+    B.u8.copy_(B.f32)
+    torch.lt(B.x, 0, out=B.bool)
+    B.u8.bitwise_or_(B.bool.to(torch.uint8).bitwise_left_shift_(3))
+    pairs = B.u8.view(-1, 2)
+    torch.bitwise_or(pairs[:, 0], pairs[:, 1].bitwise_left_shift(4), out=B.nibbles)
+
+
+def eager_sign_encode(B):
+    xb, tmp, s = _blocks(B.x, 1024), _blocks(B.f32, 1024), B.scale[1024]
+    torch.abs(xb, out=tmp)
+    torch.mean(tmp, 1, keepdim=True, out=s)
+    torch.lt(B.x, 0, out=B.bool)
+    torch.mul(B.bool.view(-1, 8), B.weights, out=B.u8.view(-1, 8))
+    torch.sum(B.u8.view(-1, 8), 1, dtype=torch.uint8, out=B.packed)
+
+
+def eager_sign_decode(accumulate):
+    def run(B):
+        torch.bitwise_right_shift(B.packed.unsqueeze(1), B.shifts, out=B.u8.view(-1, 8))
+        B.u8.bitwise_and_(1)
+        B.f32.copy_(B.u8)
+        B.f32.mul_(-2.0).add_(1.0)   # bit 1 (negative) -> -1
+        if accumulate:
+            _blocks(B.acc, 1024).addcmul_(_blocks(B.f32, 1024), B.scale[1024])
+        else:
+            _blocks(B.f32, 1024).mul_(B.scale[1024])
+    return run
+
+
+def eager_topk(B):
+    torch.abs(B.x, out=B.f32)
+    torch.topk(B.f32, B.topv.numel(), sorted=False, out=(B.topv, B.topi))
+    torch.gather(B.x, 0, B.topi, out=B.vals)
+
+
+# torch.compile forms: pure functions (inductor allocates its outputs).
+
+def c_cast(dtype):
+    return lambda x: x.to(dtype)
+
+
+def c_uncast(accumulate):
+    return (lambda h, acc: acc + h.to(torch.float32)) if accumulate else (lambda h, acc: h.to(torch.float32))
+
+
+def c_block_encode(kind, block):
+    limit = 448.0 if kind == "fp8" else 127.0
+
+    def f(x):
+        xb = x.view(-1, block)
+        s = xb.abs().amax(1, keepdim=True) / limit
+        q = xb / s
+        return (q.to(torch.float8_e4m3fn) if kind == "fp8" else torch.round(q).to(torch.int8)), s
+    return f
+
+
+def c_block_decode(block, accumulate):
+    def f(q, s, acc):
+        y = (q.to(torch.float32).view(-1, block) * s).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_int8_stochastic(x):
+    xb = x.view(-1, 256)
+    s = xb.abs().amax(1, keepdim=True) / 127.0
+    return torch.floor(xb / s + torch.rand_like(xb)).to(torch.int8), s
+
+
+def c_qsgd4(x):
+    xb = x.view(-1, 512)
+    norm = torch.linalg.vector_norm(xb, dim=1, keepdim=True)
+    level = torch.floor(xb.abs() / norm * 7.0 + torch.rand_like(xb)).to(torch.uint8)
+    code = (level | ((xb < 0).to(torch.uint8) << 3)).view(-1, 2)
+    return code[:, 0] | (code[:, 1] << 4), norm
+
+
+def c_sign_encode(x):
+    xb = x.view(-1, 1024)
+    s = xb.abs().mean(1, keepdim=True)
+    w = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+    return ((x < 0).view(-1, 8).to(torch.uint8) * w).sum(1, dtype=torch.uint8), s
+
+
+def c_sign_decode(accumulate):
+    def f(packed, s, acc):
+        bits = (packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8)) & 1
+        y = ((1.0 - 2.0 * bits.to(torch.float32)).view(-1, 1024) * s).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+# --- rows ------------------------------------------------------------------------------------------------
+
+class Row:
+    """One operation: its gradcomp call and torch's eager and compiled forms (None: no such form)."""
+
+    def __init__(self, name, spec, op, eager, compiled, compiled_args):
+        self.name, self.spec, self.op = name, spec, op
+        self.eager, self.compiled, self.compiled_args = eager, compiled, compiled_args
+
+
+def rows() -> list[Row]:
+    f16, bf = torch.float16, torch.bfloat16
+    out = []   # compiled_args: the names of the compiled form's arguments (_compiled_args resolves them)
+    for label, spec, dt in (("fp16", "fp16", f16), ("bf16", "bf16", bf)):
+        out += [Row(f"{label} encode", spec, "encode", eager_cast_encode(dt), c_cast(dt), ("x",)),
+                Row(f"{label} decode", spec, "decode", eager_cast_decode(dt, False), c_uncast(False), (label, "acc")),
+                Row(f"{label} decode-accumulate", spec, "accumulate", eager_cast_decode(dt, True), c_uncast(True),
+                    (label, "acc"))]
+    for label, spec, kind, block in (("fp8 e4m3 block-128", "fp8-e4m3", "fp8", 128),
+                                     ("int8 block-256", "int8", "int8", 256)):
+        out += [Row(f"{label} encode", spec, "encode", eager_block_encode(kind, block), c_block_encode(kind, block),
+                    ("x",)),
+                Row(f"{label} decode", spec, "decode", eager_block_decode(kind, block, False),
+                    c_block_decode(block, False), (kind, f"s{block}", "acc")),
+                Row(f"{label} decode-accumulate", spec, "accumulate", eager_block_decode(kind, block, True),
+                    c_block_decode(block, True), (kind, f"s{block}", "acc"))]
+    out += [Row("int8 stochastic rounding encode", "int8:rounding=stochastic", "encode", eager_int8_stochastic,
+                c_int8_stochastic, ("x",)),
+            Row("QSGD 4-bit encode", "qsgd:bits=4", "encode", eager_qsgd4, c_qsgd4, ("x",)),
+            Row("sign encode", "sign", "encode", eager_sign_encode, c_sign_encode, ("x",)),
+            Row("sign decode", "sign", "decode", eager_sign_decode(False), c_sign_decode(False),
+                ("packed", "s1024", "acc")),
+            Row("sign decode-accumulate", "sign", "accumulate", eager_sign_decode(True), c_sign_decode(True),
+                ("packed", "s1024", "acc")),
+            Row("exact top-k 1 % encode", "topk:ratio=0.01", "encode", eager_topk, None, ())]
+    return out
+
+
+def _compiled_args(B: Buffers, names) -> tuple:
+    table = {"x": B.x, "acc": B.acc, "fp16": B.h16, "bf16": B.b16, "fp8": B.f8, "int8": B.i8,
+             "packed": B.packed, "s128": B.scale[128], "s256": B.scale[256], "s1024": B.scale[1024]}
+    return tuple(table[n] for n in names)
+
+
+# --- timing ----------------------------------------------------------------------------------------------
+
+def gradcomp_call(row: Row, x: np.ndarray, threads: int):
+    codec = gradcomp.Codec(row.spec)
+    wire = np.empty(codec.max_encoded_bytes(x.size), dtype=np.uint8)
+    used = codec.encode(x, wire, seed=1, threads=threads).wire_bytes
+    y = np.zeros_like(x)
+    if row.op == "encode":
+        return lambda: codec.encode(x, wire, seed=1, threads=threads)
+    payload = wire[:used]
+    return lambda: codec.decode(payload, y, accumulate=row.op == "accumulate", threads=threads)
+
+
+def prepare_inputs(B: Buffers):
+    """Inputs of the decode forms: the encoded values (and scales) of B.x."""
+    B.h16.copy_(B.x)
+    B.b16.copy_(B.x)
+    for kind, block in (("fp8", 128), ("int8", 256)):
+        eager_block_encode(kind, block)(B)
+    eager_sign_encode(B)
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def measure(calls: dict, src: np.ndarray, dst: np.ndarray, rounds: int) -> dict:
+    """calls: tool -> fn. Each round runs every tool once (in a rotating order), each sample right after
+    its own memcpy; returns tool -> median ratio."""
+    ratios = {t: [] for t in calls}
+    tools = list(calls)
+    for fn in calls.values():   # warm-up: first touches, compilation, thread pools
+        fn()
+        fn()
+    for r in range(rounds):
+        for t in tools[r % len(tools):] + tools[:r % len(tools)]:
+            base = timed(lambda: np.copyto(dst, src))
+            ratios[t].append(timed(calls[t]) / base)
+    return {t: statistics.median(v) for t, v in ratios.items()}
+
+
+def small_overhead(threads: int, repeats: int = 2000) -> list[str]:
+    """Encode + decode of small tensors, microseconds per pair (median of 5 batches of `repeats`)."""
+    lines = ["| values | fp16: torch eager | fp16: gradcomp | int8 block-256: torch eager | int8: gradcomp |",
+             "|---|---|---|---|---|"]
+    for n in (1024, 4096, 65536):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        B = Buffers(x)
+        xn = x.numpy()
+        cells = []
+        for spec, eager in (("fp16", (eager_cast_encode(torch.float16), eager_cast_decode(torch.float16, False))),
+                            ("int8", (eager_block_encode("int8", 256), eager_block_decode("int8", 256, False)))):
+            codec = gradcomp.Codec(spec)
+            wire = np.empty(codec.max_encoded_bytes(n), dtype=np.uint8)
+            y = np.empty(n, dtype=np.float32)
+
+            def g():
+                used = codec.encode(xn, wire, threads=threads).wire_bytes
+                codec.decode(wire[:used], y, threads=threads)
+
+            def e():
+                eager[0](B)
+                eager[1](B)
+
+            per = []
+            for fn in (e, g):
+                fn()
+                batches = []
+                for _ in range(5):
+                    t = time.perf_counter()
+                    for _ in range(repeats):
+                        fn()
+                    batches.append((time.perf_counter() - t) / repeats * 1e6)
+                per.append(statistics.median(batches))
+            cells += [f"{per[0]:.2f}", f"{per[1]:.2f}"]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def machine() -> str:
+    flags = set()
+    model = platform.processor()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
+    return (f"{model}, {os.cpu_count()} CPUs, {isa}; gradcomp's kernel path: {gradcomp._C.cpu_path()}; "
+            f"torch {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()})")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=1 << 24)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rows", default="", help="comma-separated row-name substrings (default: every row)")
+    p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (it compiles for minutes)")
+    p.add_argument("--doc", action="store_true", help="write the tables into docs/performance.md")
+    a = p.parse_args(argv)
+    if not (1 << 16 <= a.n <= 1 << 28) or a.n % 1024:
+        p.error("--n must be a multiple of 1024 in [2^16, 2^28]")
+    if not 1 <= a.rounds <= 1000:
+        p.error("--rounds must be in [1, 1000]")
+    if any(not 1 <= t <= 256 for t in a.threads):
+        p.error("--threads must be in [1, 256]")
+    wanted = [w.strip() for w in a.rows.split(",") if w.strip()]
+    selected = [r for r in rows() if not wanted or any(w in r.name for w in wanted)]
+    if not selected:
+        p.error(f"--rows {a.rows!r} matches no row")
+
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal(a.n).astype(np.float32))
+    B = Buffers(x)
+    prepare_inputs(B)
+    src, dst = x.numpy(), np.empty(a.n, dtype=np.float32)
+    started = time.time()
+    table = {}
+    for threads in a.threads:
+        torch.set_num_threads(threads)
+        if not a.no_compile:
+            torch._dynamo.reset()   # inductor bakes the thread count into its kernels
+        for row in selected:
+            calls = {"torch eager": (lambda r=row: r.eager(B)),
+                     "gradcomp": gradcomp_call(row, src, threads)}
+            if row.compiled is not None and not a.no_compile:
+                fn = torch.compile(row.compiled, dynamic=False)
+                args = _compiled_args(B, row.compiled_args)
+                calls["torch.compile"] = lambda fn=fn, args=args: fn(*args)
+            table[(row.name, threads)] = measure(calls, src, dst, a.rounds)
+            m = table[(row.name, threads)]
+            print(f"{row.name:<34} {threads}t  " + "  ".join(f"{t} {v:.2f}" for t, v in m.items()), flush=True)
+    small = small_overhead(1)
+
+    head = ["operation"] + [f"{t} ({th} thr.)" for th in a.threads for t in ("torch eager", "torch.compile", "gradcomp")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in selected:
+        cells = [row.name]
+        for th in a.threads:
+            m = table[(row.name, th)]
+            best = min(v for t, v in m.items() if t != "gradcomp")
+            for t in ("torch eager", "torch.compile", "gradcomp"):
+                v = m.get(t)
+                text = "–" if v is None else f"{v:.2f}"
+                if t == "gradcomp" and v is not None and v > best:
+                    text = f"**{text}**"   # behind the best torch form
+                cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+    behind = [(r.name, th) for r in selected for th in a.threads
+              if table[(r.name, th)]["gradcomp"] > min(v for t, v in table[(r.name, th)].items() if t != "gradcomp")]
+    command = "python benchmarks/side_by_side.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = [f"Machine: {machine()}.", "",
+            f"`{command.strip()}` — {a.n} values, median of {a.rounds} interleaved samples, each a multiple of a "
+            f"memcpy of the same input taken just before it; {time.time() - started:.0f} s. Bold: gradcomp behind "
+            f"the best torch form ({len(behind)} of {len(selected) * len(a.threads)} cells).", ""] + lines + \
+           ["", "Small tensors (1 thread): encode + decode, microseconds per call pair.", ""] + small
+    print("\n".join(text))
+    if a.doc:
+        doc = ROOT / "docs" / "performance.md"
+        begin, end = "<!-- side-by-side:table -->", "<!-- /side-by-side:table -->"
+        body = doc.read_text()
+        if begin not in body:
+            sys.exit(f"side_by_side: no region {begin} in {doc}")
+        doc.write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: begin + "\n" + "\n".join(text) +
+                              "\n" + end, body, flags=re.S))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

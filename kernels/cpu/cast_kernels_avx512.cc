@@ -1,0 +1,176 @@
+// The AVX-512 twins of cast_kernels.cc's vector loops: 16 lanes a step, the tail through masked loads and
+// stores (no scalar loop, so nothing here calls a shared inline function that could be emitted with
+// AVX-512 instructions and picked by the linker for other files). Each function carries the target
+// attribute instead of the file a -mavx512 flag: the build stays runnable on CPUs without AVX-512, and
+// cast_kernels.cc calls these only when cpu_path.h says the CPU has it. Bytes equal the scalar
+// reference's (tests/kernels pins every path the CPU runs).
+#include "kernels/cpu/cast_kernels_avx512.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+// GCC 12's AVX-512 intrinsics build their pass-through operand with _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized flags wherever they are inlined: a third-party header's warning, never ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2")))
+
+namespace gradcomp::cpu::avx512 {
+namespace {
+
+GRADCOMP_AVX512 inline __mmask16 tailMask(size_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// 16 codes to out + i: non-temporal (out + i 32-byte aligned) for outputs far larger than the caches.
+GRADCOMP_AVX512 inline void store16(uint16_t* out, size_t i, __m256i codes, bool stream) {
+  if (stream)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), codes);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), codes);
+}
+
+}  // namespace
+
+// fp16(x * prescale), clamped to +-65504 first (the hardware converter's RNE then equals the scalar
+// floatToHalfBits, saturation included); |x * prescale| >= 65520 counts as saturated; the input's
+// largest |bits| is kept in the same pass for the non-finite check.
+GRADCOMP_AVX512 uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut,
+                                    uint32_t* maxAbsBits) {
+  const __m512 scale = _mm512_set1_ps(prescale), hi = _mm512_set1_ps(65504.0f), lo = _mm512_set1_ps(-65504.0f);
+  const __m512 overflowAt = _mm512_set1_ps(65520.0f);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  __m512i maxBits = _mm512_setzero_si512();
+  uint64_t saturated = 0;
+  // Non-temporal stores need 32-byte-aligned 16-lane halves: stream only when out is aligned.
+  const bool stream = streamOut && (reinterpret_cast<uintptr_t>(out) % 32 == 0);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bits = _mm512_loadu_si512(in + i);
+    maxBits = _mm512_max_epu32(maxBits, _mm512_and_si512(bits, absMask));
+    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(bits), scale);
+    saturated += static_cast<uint64_t>(__builtin_popcount(
+        static_cast<unsigned>(_mm512_cmp_ps_mask(_mm512_abs_ps(v), overflowAt, _CMP_GE_OQ))));
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    store16(out, i, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), stream);
+  }
+  if (i < n) {
+    const __mmask16 m = tailMask(n - i);
+    const __m512i bits = _mm512_maskz_loadu_epi32(m, in + i);
+    maxBits = _mm512_max_epu32(maxBits, _mm512_and_si512(bits, absMask));
+    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(bits), scale);
+    saturated += static_cast<uint64_t>(__builtin_popcount(
+        static_cast<unsigned>(_mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(v), overflowAt, _CMP_GE_OQ))));
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  if (maxAbsBits) *maxAbsBits = _mm512_reduce_max_epu32(maxBits);
+  return saturated;
+}
+
+GRADCOMP_AVX512 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate) {
+  const __m512 s = _mm512_set1_ps(inversePrescale);
+  size_t i = 0;
+  if (accumulate) {
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))), s);
+      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i), v));
+    }
+  } else {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i,
+                       _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))), s));
+  }
+  if (i < n) {
+    const __mmask16 m = tailMask(n - i);
+    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, in + i)), s);
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), v);
+    _mm512_mask_storeu_ps(out + i, m, v);
+  }
+}
+
+// bf16 by integer RNE (x + 0x7fff + lsb) >> 16; finite values that round past the largest bf16 saturate
+// to it (and count); Inf / NaN inputs also take the saturated code, like the scalar loop (the codec
+// rejects them through maxAbsBits before the payload is used).
+namespace {
+
+struct Bf16Lanes {
+  __m512i maxBits = _mm512_setzero_si512();
+  uint64_t saturated = 0;
+};
+
+GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc) {
+  const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+  acc.maxBits = _mm512_max_epu32(acc.maxBits, ax);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  const __mmask16 over = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f7f7fff));   // rounds past the max
+  const __mmask16 notNan = _mm512_cmplt_epu32_mask(ax, _mm512_set1_epi32(0x7f800001)); // finite or Inf
+  acc.saturated += static_cast<uint64_t>(__builtin_popcount(static_cast<unsigned>(over & notNan & m)));
+  const __m512i satValue = _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7f7f));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(over, rounded, satValue));
+}
+
+GRADCOMP_AVX512 inline __m512 bf16Widen(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+}  // namespace
+
+// bf16 by integer RNE (x + 0x7fff + lsb) >> 16; values that round past the largest bf16 saturate to it
+// and count (+-Inf counts too, as in the scalar loop); NaN inputs also take the saturated code (the codec
+// rejects them through maxAbsBits before the payload is used).
+GRADCOMP_AVX512 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
+  Bf16Lanes acc;
+  const bool stream = streamOut && (reinterpret_cast<uintptr_t>(out) % 32 == 0);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    store16(out, i, bf16Lanes(_mm512_loadu_si512(in + i), 0xffff, acc), stream);
+  }
+  if (i < n) {
+    const __mmask16 m = tailMask(n - i);
+    _mm256_mask_storeu_epi16(out + i, m, bf16Lanes(_mm512_maskz_loadu_epi32(m, in + i), m, acc));
+  }
+  if (maxAbsBits) *maxAbsBits = _mm512_reduce_max_epu32(acc.maxBits);
+  return acc.saturated;
+}
+
+GRADCOMP_AVX512 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate) {
+  size_t i = 0;
+  if (accumulate) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i),
+                                              bf16Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)))));
+  } else {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, bf16Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
+  }
+  if (i < n) {
+    const __mmask16 m = tailMask(n - i);
+    __m512 v = bf16Widen(_mm256_maskz_loadu_epi16(m, in + i));
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), v);
+    _mm512_mask_storeu_ps(out + i, m, v);
+  }
+}
+
+// Index of the first code whose exponent bits are all ones (Inf/NaN), or n.
+GRADCOMP_AVX512 size_t firstAllOnesExponent(const uint16_t* in, size_t n, uint16_t expMask) {
+  const __m512i mask = _mm512_set1_epi16(static_cast<short>(expMask));
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i v = _mm512_and_si512(_mm512_loadu_si512(in + i), mask);
+    const __mmask32 hit = _mm512_cmpeq_epi16_mask(v, mask);
+    if (hit) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hit)));
+  }
+  if (i < n) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1);
+    const __mmask32 hit = _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(_mm512_maskz_loadu_epi16(m, in + i), mask), mask);
+    if (hit) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hit)));
+  }
+  return n;
+}
+
+}  // namespace gradcomp::cpu::avx512
+#endif

@@ -1,0 +1,25 @@
+// AVX-512 versions of the cast kernels (cast_kernels_avx512.cc), called by cast_kernels.cc when
+// cpu_path.h selects the avx512 path. Same contracts as cast_kernels.h; maxAbsBits (when given) receives
+// the largest |bits| of the input, so the caller detects Inf/NaN from the same pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GRADCOMP_CPU_AVX512_KERNELS 1
+#else
+#define GRADCOMP_CPU_AVX512_KERNELS 0
+#endif
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+namespace gradcomp::cpu::avx512 {
+
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut, uint32_t* maxAbsBits);
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
+uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits);
+void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
+size_t firstAllOnesExponent(const uint16_t* in, size_t n, uint16_t expMask);
+
+}  // namespace gradcomp::cpu::avx512
+#endif

@@ -1,0 +1,148 @@
+// The cast kernels on every vector path this CPU runs (kernels/cpu/cpu_path.h) against the scalar
+// reference, bit for bit: codes, saturation counts, the fused largest-|bits| of the input, decodes
+// (overwrite and accumulate) and the Inf/NaN code search, at every length 0..100 (all the tails of 8-
+// and 16-lane loops) and a long one, with values that saturate, round to the edges, and are non-finite.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/cast_kernels.h"
+#include "kernels/cpu/cpu_path.h"
+#include "tests/kernels/cpu_path_params.h"
+
+namespace gradcomp::cpu {
+namespace {
+
+std::vector<float> inputs(size_t n, uint64_t seed, bool nonFinite) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  const float specials[] = {65504.0f, 65519.0f, 65520.0f, -70000.0f, 3.3e38f, -3.39e38f, 1e-40f, -0.0f, 6e-8f};
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = rng() % 16;
+    x[i] = r == 0 ? specials[rng() % 9] : r == 1 ? normal(rng) * 1e5f : normal(rng);
+  }
+  if (nonFinite && n > 0) {
+    x[n / 2] = std::numeric_limits<float>::infinity();
+    x[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return x;
+}
+
+struct Encoded {
+  std::vector<uint16_t> codes;
+  uint64_t saturated = 0;
+  uint32_t largest = 0;
+  std::vector<uint32_t> decoded, accumulated;  // bits
+  size_t firstBad = 0;
+};
+
+template <typename T>
+std::vector<uint32_t> bitsOf(const std::vector<T>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+Encoded run(CpuPath path, bool fp16, const std::vector<float>& x, float prescale, bool stream) {
+  setCpuPath(path);
+  Encoded e;
+  // A 64-byte-aligned output, so the streamed stores are taken where a path streams.
+  std::vector<uint16_t> buffer(x.size() + 32);
+  uint16_t* out = buffer.data();
+  while (reinterpret_cast<uintptr_t>(out) % 64) ++out;
+  e.saturated = fp16 ? encodeFp16(x.data(), x.size(), prescale, out, stream, &e.largest)
+                     : encodeBf16(x.data(), x.size(), out, stream, &e.largest);
+  fenceStreamedStores();
+  e.codes.assign(out, out + x.size());
+  std::vector<float> y(x.size()), acc(x.size(), 0.25f);
+  if (fp16) {
+    decodeFp16(e.codes.data(), x.size(), 1.0f / prescale, y.data(), false);
+    decodeFp16(e.codes.data(), x.size(), 1.0f / prescale, acc.data(), true);
+    e.firstBad = firstNonFiniteFp16(e.codes.data(), x.size());
+  } else {
+    decodeBf16(e.codes.data(), x.size(), y.data(), false);
+    decodeBf16(e.codes.data(), x.size(), acc.data(), true);
+    e.firstBad = firstNonFiniteBf16(e.codes.data(), x.size());
+  }
+  e.decoded = bitsOf(y);
+  e.accumulated = bitsOf(acc);
+  return e;
+}
+
+class CastKernelPaths : public ::testing::TestWithParam<CpuPath> {
+ protected:
+  void SetUp() override {
+    if (GetParam() > supportedCpuPath())
+      GTEST_SKIP() << "this CPU and build cannot run the " << cpuPathName(GetParam()) << " path";
+    saved_ = activeCpuPath();
+  }
+  void TearDown() override { setCpuPath(saved_); }
+  CpuPath saved_ = CpuPath::Scalar;
+};
+
+TEST_P(CastKernelPaths, EveryLengthGivesTheScalarBytes) {
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  size_t compared = 0;
+  for (const size_t n : lengths)
+    for (const bool nonFinite : n > 0 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+      for (const bool fp16 : {true, false})
+        for (const float prescale : fp16 ? std::vector<float>{1.0f, 0.125f} : std::vector<float>{1.0f})
+          for (const bool stream : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << (fp16 ? "fp16" : "bf16") << " n=" << n << " prescale=" << prescale
+                                              << " nonFinite=" << nonFinite << " stream=" << stream);
+            const auto x = inputs(n, n * 7 + nonFinite, nonFinite);
+            const Encoded want = run(CpuPath::Scalar, fp16, x, prescale, stream);
+            const Encoded got = run(GetParam(), fp16, x, prescale, stream);
+            ASSERT_EQ(got.largest, want.largest);
+            if (!nonFinite) {  // a non-finite input fails the encode: its codes are unspecified
+              ASSERT_EQ(got.codes, want.codes);
+              ASSERT_EQ(got.saturated, want.saturated);
+              ASSERT_EQ(got.decoded, want.decoded);
+              ASSERT_EQ(got.accumulated, want.accumulated);
+              ASSERT_EQ(got.firstBad, want.firstBad);
+            } else {
+              ASSERT_GE(got.largest, 0x7f800000u);
+            }
+            ++compared;
+          }
+  std::printf("cast kernels: %zu cases on the %s path equal the scalar reference\n", compared,
+              cpuPathName(GetParam()));
+}
+
+TEST_P(CastKernelPaths, TheInfNanCodeSearchFindsTheFirstOne) {
+  setCpuPath(GetParam());
+  for (const size_t n : {size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{1000}}) {
+    std::vector<uint16_t> codes(n, 0x3c00);  // 1.0 in fp16
+    EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n);
+    codes[n - 1] = 0xfc00;  // -Inf
+    EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n - 1);
+    codes[n / 3] = 0x7f81;  // a bf16 NaN, also an fp16 NaN
+    EXPECT_EQ(firstNonFiniteBf16(codes.data(), n), n / 3);
+    EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n / 3);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuPaths, CastKernelPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2), cpuPathTestName);
+
+TEST(CpuPath, TheChoiceIsNamedAndCannotExceedTheCpu) {
+  EXPECT_EQ(parseCpuPath("avx2"), CpuPath::Avx2);
+  EXPECT_STREQ(cpuPathName(CpuPath::Avx512), "avx512");
+  EXPECT_THROW(parseCpuPath("sse9"), InvalidArgument);
+  EXPECT_LE(activeCpuPath(), supportedCpuPath());
+  if (supportedCpuPath() < CpuPath::Avx512) {
+    EXPECT_THROW(setCpuPath(CpuPath::Avx512), InvalidArgument);
+  }
+  std::printf("CPU path: %s supported, %s active\n", cpuPathName(supportedCpuPath()), cpuPathName(activeCpuPath()));
+}
+
+}  // namespace
+}  // namespace gradcomp::cpu
