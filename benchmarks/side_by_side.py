@@ -7,9 +7,11 @@ For every row (a codec's encode, decode or decode-accumulate on 16M N(0, 1) fp32
   torch.compile   the same function compiled by inductor (CPU, default mode), outputs returned;
   gradcomp        gradcomp.Codec with preallocated outputs (the Python package, the same C++ kernels
                   as the C++ library);
-each sample as a multiple of a memcpy of the same 64 MiB input (numpy.copyto) taken just before it, the
-tools interleaved sample by sample, at 1 and 2 threads (torch.set_num_threads and gradcomp's threads=),
-and reports the median ratio of each. torch's work is the codec's math without gradcomp's extras
+each sample as a multiple of a memcpy of the same 64 MiB input (numpy.copyto) taken just before it in the
+same process, at 1 and 2 threads (torch.set_num_threads and gradcomp's threads=), and reports the median
+ratio of each. Every tool runs in processes of its own (--processes per tool, the tools alternating in
+time), so one tool's thread pool never competes with another's (torch's OpenMP workers spin after each
+parallel region, and this machine's two vCPUs share their caches and memory). torch's work is the codec's math without gradcomp's extras
 (saturation count, NaN/Inf detection, wire headers), so a tie favours torch.
 
 Also the small-tensor overhead: encode + decode of 1K, 4K and 64K values (fp16 and int8), in
@@ -301,19 +303,60 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def measure(calls: dict, src: np.ndarray, dst: np.ndarray, rounds: int) -> dict:
-    """calls: tool -> fn. Each round runs every tool once (in a rotating order), each sample right after
-    its own memcpy; returns tool -> median ratio."""
-    ratios = {t: [] for t in calls}
-    tools = list(calls)
-    for fn in calls.values():   # warm-up: first touches, compilation, thread pools
-        fn()
-        fn()
-    for r in range(rounds):
-        for t in tools[r % len(tools):] + tools[:r % len(tools)]:
-            base = timed(lambda: np.copyto(dst, src))
-            ratios[t].append(timed(calls[t]) / base)
-    return {t: statistics.median(v) for t, v in ratios.items()}
+def measure(fn, src: np.ndarray, dst: np.ndarray, rounds: int) -> list:
+    """Ratios of `rounds` samples of fn, each over a memcpy of the same input taken just before it."""
+    fn()   # warm-up: first touches, compilation, thread pools
+    fn()
+    out = []
+    for _ in range(rounds):
+        base = timed(lambda: np.copyto(dst, src))
+        out.append(timed(fn) / base)
+    return out
+
+
+TOOLS = ("torch eager", "torch.compile", "gradcomp")
+
+
+def worker(tool: str, threads: int, n: int, rounds: int, selected: list) -> dict:
+    """One process, one tool: row name -> its ratios (a row without this tool's form is left out). Each
+    tool runs in its own process, so one tool's thread pool (torch's OpenMP workers spin after a parallel
+    region) never runs beside another's."""
+    torch.set_num_threads(threads)
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal(n).astype(np.float32))
+    B = Buffers(x)
+    prepare_inputs(B)
+    src, dst = x.numpy(), np.empty(n, dtype=np.float32)
+    out = {}
+    for row in selected:
+        if tool == "gradcomp":
+            fn = gradcomp_call(row, src, threads)
+        elif tool == "torch eager":
+            fn = (lambda r=row: r.eager(B))
+        elif row.compiled is not None:
+            compiled = torch.compile(row.compiled, dynamic=False)
+            args = _compiled_args(B, row.compiled_args)
+            fn = (lambda c=compiled, a=args: c(*a))
+        else:
+            continue
+        out[row.name] = measure(fn, src, dst, rounds)
+    return out
+
+
+def run_workers(tools, threads: int, a, selected) -> dict:
+    """`a.processes` processes per tool, the tools alternating in time; row -> tool -> median ratio."""
+    import json
+    import subprocess
+    samples: dict = {}
+    for _ in range(a.processes):
+        for tool in tools:
+            cmd = [sys.executable, __file__, "--worker", tool, "--threads", str(threads), "--n", str(a.n),
+                   "--rounds", str(a.rounds), "--rows", ",".join(r.name for r in selected)]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+            if done.returncode != 0:
+                sys.exit(f"side_by_side: the {tool} worker failed:\n{done.stderr[-3000:]}")
+            for name, ratios in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                samples.setdefault(name, {}).setdefault(tool, []).extend(ratios)
+    return {name: {t: statistics.median(v) for t, v in per.items()} for name, per in samples.items()}
 
 
 def small_overhead(threads: int, repeats: int = 2000) -> list[str]:
@@ -377,12 +420,16 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rows", default="", help="comma-separated row-name substrings (default: every row)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (it compiles for minutes)")
+    p.add_argument("--processes", type=int, default=3, help="processes per tool, alternating in time")
     p.add_argument("--doc", action="store_true", help="write the tables into docs/performance.md")
+    p.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not (1 << 16 <= a.n <= 1 << 28) or a.n % 1024:
         p.error("--n must be a multiple of 1024 in [2^16, 2^28]")
     if not 1 <= a.rounds <= 1000:
         p.error("--rounds must be in [1, 1000]")
+    if not 1 <= a.processes <= 100:
+        p.error("--processes must be in [1, 100]")
     if any(not 1 <= t <= 256 for t in a.threads):
         p.error("--threads must be in [1, 256]")
     wanted = [w.strip() for w in a.rows.split(",") if w.strip()]
@@ -390,26 +437,17 @@ def main(argv=None) -> int:
     if not selected:
         p.error(f"--rows {a.rows!r} matches no row")
 
-    x = torch.from_numpy(np.random.default_rng(1).standard_normal(a.n).astype(np.float32))
-    B = Buffers(x)
-    prepare_inputs(B)
-    src, dst = x.numpy(), np.empty(a.n, dtype=np.float32)
+    if a.worker:
+        import json
+        print(json.dumps(worker(a.worker, a.threads[0], a.n, a.rounds, selected)))
+        return 0
     started = time.time()
+    tools = [t for t in TOOLS if not (a.no_compile and t == "torch.compile")]
     table = {}
     for threads in a.threads:
-        torch.set_num_threads(threads)
-        if not a.no_compile:
-            torch._dynamo.reset()   # inductor bakes the thread count into its kernels
-        for row in selected:
-            calls = {"torch eager": (lambda r=row: r.eager(B)),
-                     "gradcomp": gradcomp_call(row, src, threads)}
-            if row.compiled is not None and not a.no_compile:
-                fn = torch.compile(row.compiled, dynamic=False)
-                args = _compiled_args(B, row.compiled_args)
-                calls["torch.compile"] = lambda fn=fn, args=args: fn(*args)
-            table[(row.name, threads)] = measure(calls, src, dst, a.rounds)
-            m = table[(row.name, threads)]
-            print(f"{row.name:<34} {threads}t  " + "  ".join(f"{t} {v:.2f}" for t, v in m.items()), flush=True)
+        for name, m in run_workers(tools, threads, a, selected).items():
+            table[(name, threads)] = m
+            print(f"{name:<38} {threads}t  " + "  ".join(f"{t} {v:.2f}" for t, v in m.items()), flush=True)
     small = small_overhead(1)
 
     head = ["operation"] + [f"{t} ({th} thr.)" for th in a.threads for t in ("torch eager", "torch.compile", "gradcomp")]
@@ -428,11 +466,13 @@ def main(argv=None) -> int:
         lines.append("| " + " | ".join(cells) + " |")
     behind = [(r.name, th) for r in selected for th in a.threads
               if table[(r.name, th)]["gradcomp"] > min(v for t, v in table[(r.name, th)].items() if t != "gradcomp")]
-    command = "python benchmarks/side_by_side.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ".venv/bin/python benchmarks/side_by_side.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = [f"Machine: {machine()}.", "",
-            f"`{command.strip()}` — {a.n} values, median of {a.rounds} interleaved samples, each a multiple of a "
-            f"memcpy of the same input taken just before it; {time.time() - started:.0f} s. Bold: gradcomp behind "
-            f"the best torch form ({len(behind)} of {len(selected) * len(a.threads)} cells).", ""] + lines + \
+            f"`{command.strip()}` — {a.n} values; each tool in its own processes ({a.processes} per tool, the "
+            f"tools alternating in time), {a.rounds} samples a row in each, every sample a multiple of a memcpy of "
+            f"the same input taken just before it in the same process; the median of the {a.processes * a.rounds} "
+            f"samples; {time.time() - started:.0f} s. Bold: gradcomp behind the best torch form "
+            f"({len(behind)} of {len(selected) * len(a.threads)} cells).", ""] + lines + \
            ["", "Small tensors (1 thread): encode + decode, microseconds per call pair.", ""] + small
     print("\n".join(text))
     if a.doc:

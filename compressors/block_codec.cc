@@ -261,7 +261,7 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
   zeroPadding(sections(h), payload);
-  const uint64_t n = in.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
+  const uint64_t n = in.size(), tile = tileElements(h.blockSize) * tileMultiple(), numTiles = ceilDiv(n, tile);
   // Past 16 MiB of input the wire is far larger than the caches: skip the read-for-ownership.
   const bool stream = n >= (uint64_t{1} << 22);
   std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0), bad(saturated.size(), EncodeResult::kNoIndex);
@@ -355,14 +355,38 @@ void BlockCodec::checkHeader(const WireHeader& h) const {
 void BlockCodec::decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                             const ExecContext& exec) const {
   if (isRotated(h)) return decodeRotated(h, payload, out, mode, exec);
-  validatePayload(h, payload);
   const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
   const bool accumulate = mode == DecodeMode::Accumulate;
+  if (!accumulate && validatesPerTile()) {
+    const uint64_t checkTile = tile * tileMultiple(), checkTiles = ceilDiv(n, checkTile);
+    std::vector<uint64_t> bad(std::max(1, exec.cpuThreads), EncodeResult::kNoIndex);
+    forTileRanges(checkTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
+      for (uint64_t t = t0; t < t1; ++t) {
+        const uint64_t begin = t * checkTile, count = std::min(checkTile, n - begin);
+        if (decodeTileValidated(h, payload, begin, count, out.data() + begin) != EncodeResult::kNoIndex) {
+          bad[thread] = begin;
+          break;
+        }
+      }
+      if (n >= (uint64_t{1} << 22)) cpu::fenceStreamedStores();
+    });
+    if (*std::min_element(bad.begin(), bad.end()) != EncodeResult::kNoIndex) {
+      std::fill(out.begin(), out.end(), 0.0f);  // never a partial decode
+      validatePayload(h, payload);              // throws, naming the first bad code
+      GRADCOMP_THROW(Error, name(), ": a tile failed its check but the payload validates");
+    }
+    return;
+  }
+  // Accumulating (out holds the caller's sum): every code is checked before the first write.
+  validatePayload(h, payload);
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
     for (uint64_t t = t0; t < t1; ++t) {
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
       decodeTile(h, payload, begin, count, out.data() + begin, accumulate);
     }
+    // A codec may stream a large overwrite decode (fp16, bf16): order this thread's stores before the
+    // caller or another thread reads out.
+    if (n >= (uint64_t{1} << 22)) cpu::fenceStreamedStores();
   });
 }
 

@@ -109,6 +109,18 @@ class BlockCodec : public Compressor {
   virtual scalar::ScaleRule scaleRule(const WireHeader&) const { return {}; }
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                           bool accumulate) const = 0;
+  // Overwrite-decoding with the payload read once: codecs whose codes can be checked a tile at a time
+  // (the casts) check the tile's codes, then decode it from L1, and return the first bad code's index in
+  // the tile (kNoIndex: none). decodeImpl then zero-fills out and throws validatePayload's error, so a
+  // rejected payload never leaves a partial decode. Default: no (validatePayload runs first).
+  virtual bool validatesPerTile() const { return false; }
+  // How many of the usual tiles (whole blocks of about 1024 values, so a separate NaN/Inf scan and the
+  // encode read a tile from L1) one plain encode or checked decode tile spans. The casts check inside
+  // their own pass and take 8: a cheap kernel pays its per-tile calls 8x less often.
+  virtual uint64_t tileMultiple() const { return 1; }
+  virtual uint64_t decodeTileValidated(const WireHeader&, const std::byte*, uint64_t, uint64_t, float*) const {
+    return 0;
+  }
   // The header param of one encode when it depends on the values (nvfp4's tensor scale): computed from
   // grad (+ residual when given), on the device when exec says so. Default: formatParam(), whatever the data.
   virtual uint32_t paramFor(const float* grad, const float* residual, uint64_t n, const ExecContext& exec) const;

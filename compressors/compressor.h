@@ -3,7 +3,10 @@
 // Contract, for every codec:
 //  * maxEncodedBytes(n) is an upper bound on what encode writes for n elements, never exceeded.
 //  * encode rejects NaN/Inf input with a NonFiniteError naming the tensor and the first bad index.
-//  * decode trusts nothing: header and payload are validated before the first write to `out`.
+//  * decode trusts nothing: the header and the payload's size are validated before the first write to
+//    `out`, and so is every code and scale when accumulating. Overwrite-decoding may check the codes a
+//    tile at a time as it decodes (the casts: the payload is then read once); a rejected payload then
+//    leaves `out` all zeros, never a partial decode.
 //  * decode(..., Accumulate) adds into `out` in fp32 and equals overwrite-decoding then adding.
 //  * encodeWithResidual(g, e, e') writes C(g + e) and e' = (g + e) - decode(C(g + e)): the primitive
 //    every error-feedback policy is built on, fused so the residual costs one pass.

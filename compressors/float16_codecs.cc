@@ -21,6 +21,11 @@ namespace {
 constexpr float kHalfMax = 65504.0f;
 constexpr uint32_t kFloatInfBits = 0x7f800000u;  // |bits| at or above: Inf or NaN
 
+// decodeImpl's overwrite decode into the caller's out past 16 MiB: out is far larger than the caches, so
+// its lines are written without being read first (decodeImpl fences each thread's streamed stores).
+// Only there: the error-feedback path decodes into a scratch tile that is read right back.
+bool streamsDecode(const WireHeader& h) { return h.numElements >= (uint64_t{1} << 22); }
+
 // Decoding is code x fl(1 / prescale): every fp16 value decodes finite iff 65504 does.
 bool prescaleDecodes(float p) { return std::isnormal(p) && scalar::reciprocalScaleDecodes(p, kHalfMax); }
 
@@ -61,6 +66,17 @@ class Fp16Codec final : public BlockCodec {
     const size_t bad = cpu::firstNonFiniteFp16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds an Inf/NaN code at element ", bad);
   }
+  bool validatesPerTile() const override { return true; }
+  uint64_t tileMultiple() const override { return 8; }
+  uint64_t decodeTileValidated(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count,
+                               float* out) const override {
+    const uint16_t* codes = reinterpret_cast<const uint16_t*>(payload) + begin;
+    const size_t bad = cpu::firstNonFiniteFp16(codes, count);  // brings the tile to L1 for the decode
+    if (bad != count) return bad;
+    cpu::decodeFp16(codes, count, 1.0f / scalar::bitsToFloat(h.param), out, false, streamsDecode(h));
+    return EncodeResult::kNoIndex;
+  }
+  // Also the error-feedback path's decode into an L1 scratch tile: never streamed.
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {
     const float inv = 1.0f / scalar::bitsToFloat(h.param);
@@ -109,6 +125,16 @@ class Bf16Codec final : public BlockCodec {
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteBf16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds an Inf/NaN code at element ", bad);
+  }
+  bool validatesPerTile() const override { return true; }
+  uint64_t tileMultiple() const override { return 8; }
+  uint64_t decodeTileValidated(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count,
+                               float* out) const override {
+    const uint16_t* codes = reinterpret_cast<const uint16_t*>(payload) + begin;
+    const size_t bad = cpu::firstNonFiniteBf16(codes, count);
+    if (bad != count) return bad;
+    cpu::decodeBf16(codes, count, out, false, streamsDecode(h));
+    return EncodeResult::kNoIndex;
   }
   void decodeTile(const WireHeader&, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {

@@ -73,10 +73,11 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bo
   return saturated;
 }
 
-void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate) {
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate, bool streamOut) {
 #if GRADCOMP_CPU_AVX512_KERNELS
-  if (onAvx512()) return avx512::decodeFp16(in, n, inversePrescale, out, accumulate);
+  if (onAvx512()) return avx512::decodeFp16(in, n, inversePrescale, out, accumulate, streamOut);
 #endif
+  (void)streamOut;  // only the AVX-512 path streams its decode
   size_t i = 0;
 #ifdef GRADCOMP_HAVE_F16C
   const __m256 s = _mm256_set1_ps(inversePrescale);
@@ -147,10 +148,11 @@ uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, ui
   return saturated;
 }
 
-void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate) {
+void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut) {
 #if GRADCOMP_CPU_AVX512_KERNELS
-  if (onAvx512()) return avx512::decodeBf16(in, n, out, accumulate);
+  if (onAvx512()) return avx512::decodeBf16(in, n, out, accumulate, streamOut);
 #endif
+  (void)streamOut;
   if (accumulate) {
     for (size_t i = 0; i < n; ++i) out[i] += bf16BitsToFloat(in[i]);
   } else {

@@ -19,11 +19,14 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bo
 // streamed call, before the data is handed to another thread or the caller (an sfence).
 void fenceStreamedStores();
 
-// out[i] (=|+=) fp16 value * inversePrescale.
-void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
+// out[i] (=|+=) fp16 value * inversePrescale. streamOut (overwrite only): non-temporal stores where the
+// path has them (AVX-512), for outputs far larger than the caches; the caller ends with
+// fenceStreamedStores().
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate,
+                bool streamOut = false);
 
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false, uint32_t* maxAbsBits = nullptr);
-void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
+void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut = false);
 
 // Index of the first Inf/NaN code, or n.
 size_t firstNonFiniteFp16(const uint16_t* in, size_t n);

@@ -8,9 +8,10 @@
 
 #if GRADCOMP_CPU_AVX512_KERNELS
 // GCC 12's AVX-512 intrinsics build their pass-through operand with _mm512_undefined_*(), which its own
-// -Wmaybe-uninitialized flags wherever they are inlined: a third-party header's warning, never ours.
+// -Wmaybe-uninitialized (and -Wuninitialized) flag wherever they are inlined: a third-party header's warning, never ours.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -69,35 +70,64 @@ GRADCOMP_AVX512 uint64_t encodeFp16(const float* in, size_t n, float prescale, u
   return saturated;
 }
 
-GRADCOMP_AVX512 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate) {
-  const __m512 s = _mm512_set1_ps(inversePrescale);
+namespace {
+
+// out[i] (=|+=) widen(in[i]) for a 16-lane widening; overwrite with streamOut uses non-temporal stores
+// after a masked head that reaches a 64-byte boundary (outputs far larger than the caches: no
+// read-for-ownership of lines about to be overwritten; the codec fences once per thread).
+template <typename Widen>
+GRADCOMP_AVX512 inline void decode16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut,
+                                     Widen widen) {
   size_t i = 0;
   if (accumulate) {
-    for (; i + 16 <= n; i += 16) {
-      const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))), s);
-      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i), v));
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i),
+                                              widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)))));
+  } else if (streamOut) {
+    // Elements before the first 64-byte boundary (a float* is 4-byte aligned, so this is exact).
+    const size_t toBoundary = ((64 - reinterpret_cast<uintptr_t>(out) % 64) % 64) / sizeof(float);
+    const size_t head = toBoundary < n ? toBoundary : n;
+    if (head) {
+      const __mmask16 m = tailMask(head);
+      _mm512_mask_storeu_ps(out, m, widen(_mm256_maskz_loadu_epi16(m, in)));
     }
+    for (i = head; i + 16 <= n; i += 16)
+      _mm512_stream_ps(out + i, widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
   } else {
     for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(out + i,
-                       _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))), s));
+      _mm512_storeu_ps(out + i, widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
   }
   if (i < n) {
     const __mmask16 m = tailMask(n - i);
-    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, in + i)), s);
+    __m512 v = widen(_mm256_maskz_loadu_epi16(m, in + i));
     if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), v);
     _mm512_mask_storeu_ps(out + i, m, v);
   }
 }
 
-// bf16 by integer RNE (x + 0x7fff + lsb) >> 16; finite values that round past the largest bf16 saturate
-// to it (and count); Inf / NaN inputs also take the saturated code, like the scalar loop (the codec
-// rejects them through maxAbsBits before the payload is used).
+struct WidenFp16 {
+  __m512 scale;
+  GRADCOMP_AVX512 __m512 operator()(__m256i h) const { return _mm512_mul_ps(_mm512_cvtph_ps(h), scale); }
+};
+
+struct WidenBf16 {
+  GRADCOMP_AVX512 __m512 operator()(__m256i h) const {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+}  // namespace
+
+GRADCOMP_AVX512 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate,
+                                bool streamOut) {
+  decode16(in, n, out, accumulate, streamOut, WidenFp16{_mm512_set1_ps(inversePrescale)});
+}
+
 namespace {
 
-struct Bf16Lanes {
-  __m512i maxBits = _mm512_setzero_si512();
-  uint64_t saturated = 0;
+struct Bf16Lanes {  // an aggregate, set up inside the AVX-512 function (a constructor would lack the target)
+  __m512i maxBits;
+  uint64_t saturated;
 };
 
 GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc) {
@@ -113,17 +143,13 @@ GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc)
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(over, rounded, satValue));
 }
 
-GRADCOMP_AVX512 inline __m512 bf16Widen(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 }  // namespace
 
 // bf16 by integer RNE (x + 0x7fff + lsb) >> 16; values that round past the largest bf16 saturate to it
 // and count (+-Inf counts too, as in the scalar loop); NaN inputs also take the saturated code (the codec
 // rejects them through maxAbsBits before the payload is used).
 GRADCOMP_AVX512 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
-  Bf16Lanes acc;
+  Bf16Lanes acc{_mm512_setzero_si512(), 0};
   const bool stream = streamOut && (reinterpret_cast<uintptr_t>(out) % 32 == 0);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -137,22 +163,8 @@ GRADCOMP_AVX512 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bo
   return acc.saturated;
 }
 
-GRADCOMP_AVX512 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate) {
-  size_t i = 0;
-  if (accumulate) {
-    for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i),
-                                              bf16Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)))));
-  } else {
-    for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(out + i, bf16Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
-  }
-  if (i < n) {
-    const __mmask16 m = tailMask(n - i);
-    __m512 v = bf16Widen(_mm256_maskz_loadu_epi16(m, in + i));
-    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), v);
-    _mm512_mask_storeu_ps(out + i, m, v);
-  }
+GRADCOMP_AVX512 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut) {
+  decode16(in, n, out, accumulate, streamOut, WidenBf16{});
 }
 
 // Index of the first code whose exponent bits are all ones (Inf/NaN), or n.

@@ -16,9 +16,9 @@
 namespace gradcomp::cpu::avx512 {
 
 uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut, uint32_t* maxAbsBits);
-void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate);
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate, bool streamOut);
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits);
-void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate);
+void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut);
 size_t firstAllOnesExponent(const uint16_t* in, size_t n, uint16_t expMask);
 
 }  // namespace gradcomp::cpu::avx512

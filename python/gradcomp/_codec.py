@@ -7,8 +7,7 @@ caller's back (a float64 or non-contiguous array is a TypeError, not a silent co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -32,17 +31,18 @@ def _numel(x: Any) -> int:
 
 
 def _stream_for(x: Any, stream: Optional[int]) -> Optional[int]:
-    """The caller's stream; for a CUDA torch tensor without one, torch's current stream on its device."""
-    if stream is None and _is_torch(x) and x.device.type == "cuda":
+    """The caller's stream; for a CUDA torch tensor without one, torch's current stream on its device.
+    (`is_cuda` is only on torch tensors: one attribute lookup, the small-tensor path's cost.)"""
+    if stream is None and getattr(x, "is_cuda", False):
         import torch
 
         return torch.cuda.current_stream(x.device).cuda_stream
     return stream
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """One encode: `wire` is the wire buffer (a view of exactly wire_bytes bytes of the output)."""
+class Encoded(NamedTuple):
+    """One encode: `wire` is the wire buffer (a view of exactly wire_bytes bytes of the output). A named
+    tuple, not a dataclass: it is made on every call, and small tensors pay for every microsecond."""
 
     wire: Any
     wire_bytes: int

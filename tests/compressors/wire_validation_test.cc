@@ -2,6 +2,7 @@
 // raised before anything is written to the output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -161,6 +162,32 @@ TEST(PayloadValidation, CodesOutsideTheFormat) {
     if (std::string(k.spec) == "fp16" || std::string(k.spec) == "bf16") w[k.offset - 1] = std::byte{0x80};
     w[k.offset] = std::byte{k.byte};
     expectRejected(*c, w, x.size(), k.message);
+  }
+}
+
+// The casts check their codes a tile at a time while overwrite-decoding (the payload read once): a bad
+// code in a later tile leaves out all zeros, never the tiles decoded before it; accumulating checks
+// first and leaves the caller's sum untouched. The error names the element either way.
+TEST(PayloadValidation, AnInfCodeInALaterTileLeavesZerosNotAPartialDecode) {
+  const size_t n = 8192, badAt = 5001;
+  const std::vector<float> x = normalVector(n, 8);
+  for (const char* spec : {"fp16", "bf16"}) {
+    SCOPED_TRACE(spec);
+    auto c = makeCompressor(spec);
+    auto w = encodeToVector(*c, x);
+    const uint16_t inf = std::string(spec) == "fp16" ? 0x7c00 : 0x7f80;
+    std::memcpy(w.data() + 48 + 2 * badAt, &inf, 2);
+    std::vector<float> out(n, 42.0f);
+    try {
+      c->decode(w, out, DecodeMode::Overwrite);
+      ADD_FAILURE() << "accepted an Inf code";
+    } catch (const DecodeError& e) {
+      EXPECT_NE(std::string(e.what()).find("Inf/NaN code at element 5001"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
+    std::vector<float> sum(n, 42.0f);
+    EXPECT_THROW(c->decode(w, sum, DecodeMode::Accumulate), DecodeError);
+    EXPECT_TRUE(std::all_of(sum.begin(), sum.end(), [](float v) { return v == 42.0f; }));
   }
 }
 

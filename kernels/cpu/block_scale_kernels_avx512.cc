@@ -1,0 +1,91 @@
+// The fp8 and symmetric-int block encoders' lanes on AVX-512: block_scale_kernels.cc's AVX2 steps on 16
+// lanes, narrowed to bytes by vpmovdb / vpmovsdb. The target attribute (not a file-wide flag) keeps
+// the build runnable on CPUs without AVX-512; cpu_path.h decides at run time.
+#include "kernels/cpu/block_scale_kernels_avx512.h"
+
+#include "kernels/scalar/scale_limits.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+// GCC 12's AVX-512 intrinsics warn inside their own header once inlined (-Wmaybe-uninitialized and -Wuninitialized on the
+// "undefined" pass-through operand): a third-party header's warning, never ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// A lambda's call operator takes the same attribute after its parameter list (GCC and clang).
+#define GRADCOMP_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace gradcomp::cpu::avx512 {
+
+GRADCOMP_AVX512 uint32_t maxAbsBits(const float* x, size_t n) {
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  __m512i acc = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(x + i), absMask));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_maskz_loadu_epi32(m, x + i), absMask));
+  }
+  return _mm512_reduce_max_epu32(acc);
+}
+
+GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scalar::Fp8Spec& s,
+                                         uint32_t overflowBits, uint8_t* codes, float* scales) {
+  const int shift = 23 - s.mantBits;
+  const __m512 magic = _mm512_set1_ps(s.subnormalMagic);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+  const __m512i rebias = _mm512_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(s.bias - 127) << 23) +
+                                                                ((1u << (shift - 1)) - 1u)));
+  const __m512i minNormal = _mm512_set1_epi32(static_cast<int32_t>(s.minNormalBits));
+  const __m512i maxCode = _mm512_set1_epi32(s.maxCode);
+  const __m512i overflow = _mm512_set1_epi32(static_cast<int32_t>(overflowBits - 1));
+  const __m512i magicBits = _mm512_castps_si512(magic), signMask = _mm512_set1_epi32(0x80);
+  const __m128i shiftCount = _mm_cvtsi32_si128(shift);
+  uint64_t sat = 0;
+  // fp8Lane on 16 lanes (the AVX2 loop's integer steps), `m` the lanes that exist.
+  auto lanes = [&](const float* p, __mmask16 m, __m512 vScale, uint8_t* out) GRADCOMP_AVX512_LAMBDA {
+    const __m512i xi = _mm512_castps_si512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), vScale));
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(xi, 24), signMask);
+    const __m512i a = _mm512_and_si512(xi, absMask);
+    const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)), magicBits);
+    const __m512i odd = _mm512_and_si512(_mm512_srl_epi32(a, shiftCount), one);
+    const __m512i nor = _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(a, rebias), odd), shiftCount);
+    const __mmask16 isSub = _mm512_cmplt_epu32_mask(a, minNormal);
+    const __m512i code = _mm512_min_epu32(_mm512_mask_blend_epi32(isSub, nor, sub), maxCode);
+    sat += static_cast<uint64_t>(__builtin_popcount(static_cast<unsigned>(_mm512_mask_cmpgt_epu32_mask(m, a, overflow))));
+    _mm_mask_storeu_epi8(out, m, _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+  };
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = blockSize < n - b0 ? blockSize : n - b0;
+    const float* xb = x + b0;
+    const float scale = scalar::blockScaleFor(scalar::bitsToFloat(maxAbsBits(xb, len)), s.maxValue);
+    scales[block] = scale;
+    const __m512 vScale = _mm512_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) lanes(xb + i, 0xffff, vScale, codes + b0 + i);
+    if (i < len) lanes(xb + i, static_cast<__mmask16>((1u << (len - i)) - 1u), vScale, codes + b0 + i);
+  }
+  return sat;
+}
+
+GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms,
+                                         int8_t* codes) {
+  const __m512 vScale = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-maxCode), hi = _mm512_set1_ps(maxCode);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), vScale);
+    __m512 q = uniforms ? _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)),
+                                               _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                        : _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+    // Integral and within +-127: the conversion is exact, the signed narrowing never saturates.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q)));
+  }
+  return i;
+}
+
+}  // namespace gradcomp::cpu::avx512
+#endif

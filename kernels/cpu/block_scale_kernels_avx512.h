@@ -1,0 +1,28 @@
+// AVX-512 pieces of the block-scaled fp8 and int encoders (block_scale_kernels_avx512.cc), called by
+// block_scale_kernels.cc when cpu_path.h selects the avx512 path. Same bytes as the scalar loops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+#include "kernels/scalar/float_formats.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+namespace gradcomp::cpu::avx512 {
+
+// The largest |bits| of x[0..n) (order-free, so exact).
+uint32_t maxAbsBits(const float* x, size_t n);
+
+// Consecutive blocks of x (the last may be short): scales[b] = blockScaleFor(amax of block b), codes[i] =
+// fp8(x[i] * scale), every lane (tails masked). Returns the values at or past overflowBits (the rounding
+// midpoint above the largest code): the saturations.
+uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scalar::Fp8Spec& spec,
+                         uint32_t overflowBits, uint8_t* codes, float* scales);
+
+// codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + uniforms[i])
+// when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote.
+size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms, int8_t* codes);
+
+}  // namespace gradcomp::cpu::avx512
+#endif
