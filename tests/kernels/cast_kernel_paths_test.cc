@@ -47,7 +47,7 @@ struct Encoded {
 template <typename T>
 std::vector<uint32_t> bitsOf(const std::vector<T>& v) {
   std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));  // n = 0: no null-pointer memcpy
   return b;
 }
 
