@@ -67,7 +67,11 @@ class Buffers:
         self.nibbles = torch.empty(n // 2, dtype=torch.uint8)
         self.weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
         self.shifts = torch.arange(8, dtype=torch.uint8)
-        self.scale = {b: torch.empty(n // b, 1) for b in (128, 256, 512, 1024)}
+        self.scale = {b: torch.empty(n // b, 1) for b in (16, 32, 64, 128, 256, 512, 1024)}
+        self.exponent = torch.empty(n // 32, 1, dtype=torch.int32)
+        self.scale_codes = torch.empty(n // 32, 1, dtype=torch.uint8)
+        self.crumbs = torch.empty(n // 4, dtype=torch.uint8)
+        self.i64 = torch.empty(n, dtype=torch.int64)
         k = max(1, n // 100)
         self.topv = torch.empty(k)
         self.topi = torch.empty(k, dtype=torch.int64)
@@ -174,6 +178,108 @@ def eager_topk(B):
     torch.gather(B.x, 0, B.topi, out=B.vals)
 
 
+# The E2M1 grid's rounding midpoints: a value's code is the number of midpoints below it (torch has no
+# CPU cast to fp4; ties here go to the lower code where RNE would take the even one at 0.75, 1.75 and 3.5,
+# the same work either way: a search per element).
+E2M1_MIDPOINTS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+
+
+def _pack_pairs(codes_u8, out):
+    pairs = codes_u8.view(-1, 2)
+    torch.bitwise_or(pairs[:, 0], pairs[:, 1].bitwise_left_shift(4), out=out)
+
+
+def eager_mxfp8_encode(B):
+    # OCP MX: per 32 values X = 2^(floor(log2 amax) - 8) as an E8M0 code, elements E4M3(x / X) saturated.
+    xb, tmp, s = _blocks(B.x, 32), _blocks(B.f32, 32), B.scale[32]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    torch.frexp(s, out=(B.scale[32], B.exponent))
+    B.exponent.sub_(9)                       # frexp's exponent is floor(log2) + 1; emax(E4M3) = 8
+    torch.ldexp(torch.ones_like(s), B.exponent, out=s)
+    torch.div(xb, s, out=tmp)
+    tmp.clamp_(-448.0, 448.0)
+    B.f8.copy_(B.f32)
+    torch.add(B.exponent, 127, out=B.exponent)
+    B.scale_codes.copy_(B.exponent)
+
+
+def _e2m1_codes(B):
+    """B.f32 holds x / factor: its E2M1 codes (sign in bit 3), packed two a byte into B.nibbles."""
+    tmp = B.f32
+    torch.lt(tmp, 0, out=B.bool)
+    tmp.abs_()
+    torch.bucketize(tmp, E2M1_MIDPOINTS, out=B.i64)
+    B.u8.copy_(B.i64)
+    B.u8.bitwise_or_(B.bool.to(torch.uint8).bitwise_left_shift_(3))
+    _pack_pairs(B.u8, B.nibbles)
+
+
+def eager_mxfp4_encode(B):
+    xb, tmp, s = _blocks(B.x, 32), _blocks(B.f32, 32), B.scale[32]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    torch.frexp(s, out=(B.scale[32], B.exponent))
+    B.exponent.sub_(3)                       # emax(E2M1) = 2
+    torch.ldexp(torch.ones_like(s), B.exponent, out=s)
+    torch.div(xb, s, out=tmp)
+    _e2m1_codes(B)
+
+
+def eager_nvfp4_encode(B):
+    # NVFP4: t = amax / (6 x 448); per 16 values an E4M3 scale of amax_block / (6 t); elements E2M1(x / f).
+    xb, tmp, s = _blocks(B.x, 16), _blocks(B.f32, 16), B.scale[16]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    t = float(s.max()) / 2688.0
+    s.div_(6.0 * t).clamp_(max=448.0)
+    s.copy_(s.to(torch.float8_e4m3fn)).mul_(t)
+    torch.div(xb, s, out=tmp)
+    _e2m1_codes(B)
+
+
+def eager_int4_encode(B):
+    xb, tmp, s = _blocks(B.x, 64), _blocks(B.f32, 64), B.scale[64]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    s.div_(7.0)
+    torch.div(xb, s, out=tmp)
+    tmp.round_().clamp_(-7.0, 7.0)
+    B.i8.copy_(B.f32)
+    B.i8.bitwise_and_(0xf)
+    _pack_pairs(B.i8.view(torch.uint8), B.nibbles)
+
+
+def eager_int4_decode(accumulate):
+    def run(B):
+        codes = B.i8.view(-1, 2)
+        torch.bitwise_and(B.nibbles, 0xf, out=codes[:, 0].view(torch.uint8))
+        torch.bitwise_right_shift(B.nibbles, 4, out=codes[:, 1].view(torch.uint8))
+        B.i8.bitwise_xor_(8).sub_(8)         # sign-extend the nibbles
+        B.f32.copy_(B.i8)
+        if accumulate:
+            _blocks(B.acc, 64).addcmul_(_blocks(B.f32, 64), B.scale[64])
+        else:
+            _blocks(B.f32, 64).mul_(B.scale[64])
+    return run
+
+
+def eager_terngrad_encode(B):
+    # TernGrad: per 512 values m = max |x|; code 1 (+m) or 2 (-m) with probability |x| / m, else 0; 4 a byte.
+    xb, tmp, s = _blocks(B.x, 512), _blocks(B.f32, 512), B.scale[512]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    tmp.div_(s)
+    B.acc.uniform_()
+    torch.lt(B.acc, B.f32, out=B.bool)       # nonzero with probability |x| / m
+    B.u8.copy_(B.bool)
+    torch.lt(B.x, 0, out=B.bool)
+    B.u8.bitwise_left_shift_(B.bool.to(torch.uint8))   # 1 -> 2 for negative values
+    q = B.u8.view(-1, 4)
+    torch.bitwise_or(q[:, 0], q[:, 1].bitwise_left_shift(2), out=B.crumbs)
+    B.crumbs.bitwise_or_(q[:, 2].bitwise_left_shift(4)).bitwise_or_(q[:, 3].bitwise_left_shift(6))
+
+
 # torch.compile forms: pure functions (inductor allocates its outputs).
 
 def c_cast(dtype):
@@ -231,6 +337,53 @@ def c_sign_decode(accumulate):
     return f
 
 
+def c_mx_encode(fp4):
+    def f(x):
+        xb = x.view(-1, 32)
+        e = torch.frexp(xb.abs().amax(1, keepdim=True)).exponent - (3 if fp4 else 9)
+        q = xb / torch.ldexp(torch.ones_like(xb[:, :1]), e)
+        if not fp4:
+            return q.clamp(-448.0, 448.0).to(torch.float8_e4m3fn), (e + 127).to(torch.uint8)
+        code = torch.bucketize(q.abs(), E2M1_MIDPOINTS).to(torch.uint8) | ((q < 0).to(torch.uint8) << 3)
+        pairs = code.view(-1, 2)
+        return pairs[:, 0] | (pairs[:, 1] << 4), (e + 127).to(torch.uint8)
+    return f
+
+
+def c_nvfp4_encode(x):
+    xb = x.view(-1, 16)
+    amax = xb.abs().amax(1, keepdim=True)
+    t = amax.max() / 2688.0
+    f = (amax / (6.0 * t)).clamp(max=448.0).to(torch.float8_e4m3fn).to(torch.float32) * t
+    q = xb / f
+    code = torch.bucketize(q.abs(), E2M1_MIDPOINTS).to(torch.uint8) | ((q < 0).to(torch.uint8) << 3)
+    pairs = code.view(-1, 2)
+    return pairs[:, 0] | (pairs[:, 1] << 4), f
+
+
+def c_int4_encode(x):
+    xb = x.view(-1, 64)
+    s = xb.abs().amax(1, keepdim=True) / 7.0
+    code = (torch.round(xb / s).clamp(-7.0, 7.0).to(torch.int8) & 0xf).to(torch.uint8).view(-1, 2)
+    return code[:, 0] | (code[:, 1] << 4), s
+
+
+def c_int4_decode(accumulate):
+    def f(packed, s, acc):
+        codes = torch.stack(((packed & 0xf), (packed >> 4)), 1).to(torch.int8)
+        y = (((codes ^ 8) - 8).to(torch.float32).view(-1, 64) * s).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_terngrad_encode(x):
+    xb = x.view(-1, 512)
+    m = xb.abs().amax(1, keepdim=True)
+    hit = (torch.rand_like(xb) < xb.abs() / m).to(torch.uint8)
+    code = (hit << (xb < 0).to(torch.uint8)).view(-1, 4)
+    return code[:, 0] | (code[:, 1] << 2) | (code[:, 2] << 4) | (code[:, 3] << 6), m
+
+
 # --- rows ------------------------------------------------------------------------------------------------
 
 class Row:
@@ -265,13 +418,23 @@ def rows() -> list[Row]:
                 ("packed", "s1024", "acc")),
             Row("sign decode-accumulate", "sign", "accumulate", eager_sign_decode(True), c_sign_decode(True),
                 ("packed", "s1024", "acc")),
-            Row("exact top-k 1 % encode", "topk:ratio=0.01", "encode", eager_topk, None, ())]
+            Row("exact top-k 1 % encode", "topk:ratio=0.01", "encode", eager_topk, None, ()),
+            Row("mxfp8 e4m3 encode", "mxfp8", "encode", eager_mxfp8_encode, c_mx_encode(False), ("x",)),
+            Row("mxfp4 encode", "mxfp4", "encode", eager_mxfp4_encode, c_mx_encode(True), ("x",)),
+            Row("nvfp4 encode", "nvfp4", "encode", eager_nvfp4_encode, c_nvfp4_encode, ("x",)),
+            Row("int4 block-64 encode", "int4", "encode", eager_int4_encode, c_int4_encode, ("x",)),
+            Row("int4 block-64 decode", "int4", "decode", eager_int4_decode(False), c_int4_decode(False),
+                ("nibbles", "s64", "acc")),
+            Row("int4 block-64 decode-accumulate", "int4", "accumulate", eager_int4_decode(True), c_int4_decode(True),
+                ("nibbles", "s64", "acc")),
+            Row("terngrad encode", "terngrad", "encode", eager_terngrad_encode, c_terngrad_encode, ("x",))]
     return out
 
 
 def _compiled_args(B: Buffers, names) -> tuple:
     table = {"x": B.x, "acc": B.acc, "fp16": B.h16, "bf16": B.b16, "fp8": B.f8, "int8": B.i8,
-             "packed": B.packed, "s128": B.scale[128], "s256": B.scale[256], "s1024": B.scale[1024]}
+             "packed": B.packed, "nibbles": B.nibbles, "s64": B.scale[64], "s128": B.scale[128], "s256": B.scale[256],
+             "s1024": B.scale[1024]}
     return tuple(table[n] for n in names)
 
 
@@ -295,6 +458,7 @@ def prepare_inputs(B: Buffers):
     for kind, block in (("fp8", 128), ("int8", 256)):
         eager_block_encode(kind, block)(B)
     eager_sign_encode(B)
+    eager_int4_encode(B)
 
 
 def timed(fn) -> float:

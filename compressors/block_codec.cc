@@ -1,6 +1,7 @@
 #include "compressors/block_codec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <iomanip>
 #include <sstream>
@@ -487,9 +488,89 @@ void BlockCodec::decodeRotatedOnDevice(const WireHeader& h, const std::byte* pay
 // domain, and the residual is rotated back: e' = 2^k D H r_y / sqrt(b) = c - decode(wire) up to the
 // rounding of the two rotations. So error feedback stays in the original domain, where the next step's
 // gradient (rotated by another step's D) is added to it.
+//
+// The tensor is read twice: once for max |c| (the NaN/Inf check and the prescale 2^-k need the whole
+// tensor), then chunk by chunk: a chunk of whole rotation blocks and whole tiles is formed, rotated and
+// encoded in a per-thread buffer that stays in cache, and its residual rotated back into residualOut.
+// The bytes are those of rotating the whole tensor first (encodeRotatedWhole, kept for a codec whose
+// header param reads the rotated values, and for chunks that would not fit a cache): every block's
+// rotation and every tile's encode sees the same values at the same tensor indices.
 EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<const float> residualIn,
                                        std::span<float> residualOut, std::span<std::byte> wire,
                                        const EncodeContext& ctx, const ExecContext& exec) const {
+  constexpr uint64_t kMaxChunk = uint64_t{1} << 16;
+  const uint64_t n = grad.size(), rb = uint64_t{1} << rotationLog2_;
+  const uint64_t tile = tileElements(blockSize_), chunk = std::lcm(rb, tile);
+  if (paramReadsValues() || chunk > kMaxChunk) return encodeRotatedWhole(grad, residualIn, residualOut, wire, ctx, exec);
+  const bool withResidual = !residualIn.empty();
+  // Encodes every chunk with the prescale 2^-k. `optimistic`: k = 0 taken on trust, each chunk's max |c|
+  // checked (from cache, just before its rotation) and the pass abandoned at the first chunk that holds
+  // a NaN/Inf or a value past 2^100; returns whether it finished.
+  auto encodeChunks = [&](int k, bool optimistic, uint64_t& saturatedTotal) {
+    const RotationSection section{{ctx.seed, ctx.step, ctx.tensorId}, k};
+    const WireHeader h = headerFor(n, formatParam());
+    writeHeader(h, wire);
+    std::byte* payload = wire.data() + kWireHeaderBytes;
+    writeRotationSection(section, payload);
+    std::byte* codecPayload = payload + kRotationSectionBytes;
+    const WireHeader inner = innerHeader(h);
+    zeroPadding(sections(inner), codecPayload);
+    std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0);
+    std::atomic<bool> abandoned{false};
+    forTileRanges(ceilDiv(n, chunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t thread) {
+      std::vector<float>& y = rotationScratch(0, chunk);
+      std::vector<float>& rotatedResidual = rotationScratch(1, withResidual ? chunk : 0);
+      std::vector<float> decoded(withResidual ? tile : 0);
+      for (uint64_t c = c0; c < c1 && !abandoned.load(std::memory_order_relaxed); ++c) {
+        const uint64_t first = c * chunk, count = std::min(chunk, n - first);
+        const float* src = grad.data() + first;
+        if (withResidual) {
+          for (uint64_t j = 0; j < count; ++j) y[j] = grad[first + j] + residualIn[first + j];
+          src = y.data();
+        }
+        if (optimistic && !(cpu::absMax(src, count) < 0x1p100f)) {
+          abandoned = true;
+          return;
+        }
+        cpu::rotateForward(src, y.data(), count, rb, section.key, powerOfTwo(-k), first);
+        for (uint64_t off = 0; off < count; off += tile) {
+          const uint64_t len = std::min(tile, count - off);
+          if (withResidual)
+            encodeTileResidual(inner, y.data() + off, first + off, len, codecPayload, ctx, saturated[thread],
+                               rotatedResidual.data() + off, decoded.data());
+          else
+            encodeTile(inner, y.data() + off, first + off, len, codecPayload, ctx, saturated[thread], false);
+        }
+        if (withResidual)
+          cpu::rotateInverse(rotatedResidual.data(), residualOut.data() + first, count, rb, section.key,
+                             powerOfTwo(k), first);
+      }
+    });
+    saturatedTotal = std::accumulate(saturated.begin(), saturated.end(), uint64_t{0});
+    return !abandoned;
+  };
+  EncodeResult r;
+  r.wireBytes = kWireHeaderBytes + headerFor(n, formatParam()).payloadBytes;
+  // Without a residual the input is only read, so a pass abandoned half-way can start again: the usual
+  // tensor (finite, below 2^100) is then read from memory once. With one, residualOut may be residualIn,
+  // so its values must not be written before the whole input is known to be finite.
+  if (!withResidual && encodeChunks(0, true, r.saturated)) return r;
+  const float amax = withResidual ? cpu::absMaxOfSum(grad.data(), residualIn.data(), n) : cpu::absMax(grad.data(), n);
+  if (!scalar::isFiniteBits(scalar::floatBits(amax))) {
+    uint64_t i = 0;
+    while (i < n && std::isfinite(withResidual ? grad[i] + residualIn[i] : grad[i])) ++i;
+    r = EncodeResult{};
+    r.nonFiniteIndex = i;
+    return r;
+  }
+  // Keep |y| below 2^101: a block's sums then stay below 2^114, far from FLT_MAX.
+  encodeChunks(amax >= 0x1p100f ? scalar::floorLog2(amax) - 99 : 0, false, r.saturated);
+  return r;
+}
+
+EncodeResult BlockCodec::encodeRotatedWhole(std::span<const float> grad, std::span<const float> residualIn,
+                                            std::span<float> residualOut, std::span<std::byte> wire,
+                                            const EncodeContext& ctx, const ExecContext& exec) const {
   const uint64_t n = grad.size();
   const uint64_t rb = uint64_t{1} << rotationLog2_;
   // Per-thread buffers kept across calls: a fresh 4n-byte allocation per encode costs its page faults.

@@ -124,6 +124,9 @@ class BlockCodec : public Compressor {
   // The header param of one encode when it depends on the values (nvfp4's tensor scale): computed from
   // grad (+ residual when given), on the device when exec says so. Default: formatParam(), whatever the data.
   virtual uint32_t paramFor(const float* grad, const float* residual, uint64_t n, const ExecContext& exec) const;
+  // True when paramFor reads the values: a rotated encode must then rotate the whole tensor before its
+  // first tile (the param is the rotated tensor's), instead of rotating chunk by chunk as it encodes.
+  virtual bool paramReadsValues() const { return false; }
 
   // The codec's CUDA twin, beside its CPU path in the codec's own file (compiled where CUDA is,
   // GRADCOMP_HAVE_CUDA): launch the kernels on d.stream. The defaults refuse with BackendUnavailable
@@ -152,6 +155,9 @@ class BlockCodec : public Compressor {
   WireHeader headerFor(uint64_t n, uint32_t param) const;
   // rotate=hadamard: the encode and decode around the codec's own (block_codec.cc, "Rotation").
   EncodeResult encodeRotated(std::span<const float> grad, std::span<const float> residualIn,
+                             std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
+                             const ExecContext& exec) const;
+  EncodeResult encodeRotatedWhole(std::span<const float> grad, std::span<const float> residualIn,
                              std::span<float> residualOut, std::span<std::byte> wire, const EncodeContext& ctx,
                              const ExecContext& exec) const;
   void decodeRotated(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,

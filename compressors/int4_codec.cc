@@ -47,13 +47,8 @@ class Int4Codec final : public BlockCodec {
       u = scratchUniforms(count);
       cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
     }
-    auto* codes = reinterpret_cast<int8_t*>(scratchCodes(count));
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      scales[block] = cpu::encodeSymmetricIntBlock(x + off, len, kInt4Max, u ? u + off : nullptr, codes + off);
-    });
-    auto* nibbles = reinterpret_cast<uint8_t*>(codes);
-    for (uint64_t i = 0; i < count; ++i) nibbles[i] &= 0xfu;  // two's complement in 4 bits
-    cpu::packBits(nibbles, count, 4, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
+    cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
+                          reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override {
     return scalar::ScaleRule{.reciprocalOf = static_cast<float>(kInt4Max)};

@@ -2,9 +2,12 @@
 // `qsgd`: QSGD (Alistarh et al. 2017). Per bucket (block) the L2 norm; each element becomes
 // sign x level / s x norm with level stochastically rounded, s = 2^(bits-1) - 1 (bits 2..8), so the
 // codec is unbiased. Layout: [fp32 norm per bucket][bits per element, LSB-first].
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "compressors/block_codec.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
@@ -17,6 +20,19 @@
 
 namespace gradcomp {
 namespace {
+
+// Runs encodeBlock(block, offset, length, &nonFinite) over the tile's blocks until one reports a NaN/Inf;
+// returns that block's first non-finite element (index in the tile), or kNoIndex.
+template <typename EncodeBlock>
+uint64_t encodeBlocksChecked(uint64_t begin, uint64_t count, uint32_t blockSize, const float* x, EncodeBlock&& encodeBlock) {
+  for (uint64_t off = 0; off < count; off += blockSize) {
+    const uint64_t len = std::min<uint64_t>(blockSize, count - off);
+    bool nonFinite = false;
+    encodeBlock((begin + off) / blockSize, off, len, &nonFinite);
+    if (nonFinite) return off + firstNonFinite(std::span<const float>(x + off, len));
+  }
+  return EncodeResult::kNoIndex;
+}
 
 class QsgdCodec final : public BlockCodec {
  public:
@@ -36,16 +52,34 @@ class QsgdCodec final : public BlockCodec {
     GRADCOMP_CHECK(flags >= 2 && flags <= 8, DecodeError, name(), ": bits per element ", flags, " is outside [2, 8]");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // Tiles of 4096 values (8 of the default 512-value blocks): the blocks' sums of squares go 4 at a time.
+  uint64_t tileMultiple() const override { return 4; }
+  // The NaN/Inf scan is the blocks' sums of squares: one pass over the tile, not two.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
     cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
     uint8_t* codes = scratchCodes(count);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      norms[block] = cpu::encodeQsgdBlock(x + off, len, bits_, u + off, codes + off);
+    // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
+    thread_local std::vector<double> sums;
+    sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
+    cpu::blockSumSquaresEach(x, count, h.blockSize, sums.data());
+    const uint64_t bad = encodeBlocksChecked(begin, count, h.blockSize, x, [&](uint64_t block, uint64_t off, uint64_t len, bool* nonFinite) {
+      const double sum = sums[off / h.blockSize];
+      if (!std::isfinite(sum)) {
+        *nonFinite = true;
+        return;
+      }
+      norms[block] = cpu::encodeQsgdBlockOfSum(x + off, len, bits_, sum, u + off, codes + off);
     });
-    cpu::packBits(codes, count, bits_, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
+    if (bad == EncodeResult::kNoIndex)
+      cpu::packBits(codes, count, bits_, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
+    return bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader& h) const override {
     return {.allowZero = true, .qsgdLevels = scalar::qsgdLevels(static_cast<int>(h.flags))};
@@ -98,16 +132,23 @@ class TernGradCodec final : public BlockCodec {
  protected:
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 2); }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // The NaN/Inf scan is the block maximum's: one pass over the tile, not two.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
     cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
     uint8_t* codes = scratchCodes(count);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      maxima[block] = cpu::encodeTernBlock(x + off, len, u + off, codes + off);
+    const uint64_t bad = encodeBlocksChecked(begin, count, h.blockSize, x, [&](uint64_t block, uint64_t off, uint64_t len, bool* nonFinite) {
+      maxima[block] = cpu::encodeTernBlock(x + off, len, u + off, codes + off, nonFinite);
     });
-    cpu::packBits(codes, count, 2, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
+    if (bad == EncodeResult::kNoIndex)
+      cpu::packBits(codes, count, 2, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
+    return bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override { return {.allowZero = true}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {

@@ -77,12 +77,9 @@ class MxCodec final : public BlockCodec {
     const int bits = bitsOf(h);
     auto* scaleCodes = reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize;
     auto* packed = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits / 8;
-    uint8_t* codes = bits == 8 ? packed : scratchCodes(count);
     uint64_t bad = EncodeResult::kNoIndex;
-    saturated += cpu::encodeMxBlocks(x, count, h.blockSize, formatOf(h), codes, scaleCodes, &bad);
-    if (bad != EncodeResult::kNoIndex) return bad;
-    if (bits != 8) cpu::packBits(codes, count, bits, packed);
-    return EncodeResult::kNoIndex;
+    saturated += cpu::encodeMxBlocksPacked(x, count, h.blockSize, formatOf(h), packed, scaleCodes, &bad);
+    return bad;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

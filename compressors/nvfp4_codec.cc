@@ -47,6 +47,7 @@ class Nvfp4Codec final : public BlockCodec {
     }
     return scalar::floatBits(scalar::nvfp4TensorScale(amax));
   }
+  bool paramReadsValues() const override { return true; }
   void validateParam(uint32_t param) const override {
     const float t = scalar::bitsToFloat(param);
     GRADCOMP_CHECK(scalar::nvfp4TensorScaleDecodes(t), DecodeError, name(), ": header tensor scale ",
@@ -64,13 +65,12 @@ class Nvfp4Codec final : public BlockCodec {
   uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                              const EncodeContext&, uint64_t& saturated, bool) const override {
     const Sections sec = sections(h);
-    uint8_t* codes = scratchCodes(count);
     uint64_t bad = EncodeResult::kNoIndex;
-    saturated += cpu::encodeNvfp4Blocks(x, count, h.blockSize, scalar::bitsToFloat(h.param), codes,
-                                        reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize, &bad);
-    if (bad != EncodeResult::kNoIndex) return bad;
-    cpu::packBits(codes, count, 4, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
-    return EncodeResult::kNoIndex;
+    saturated += cpu::encodeNvfp4BlocksPacked(x, count, h.blockSize, scalar::bitsToFloat(h.param),
+                                              reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2,
+                                              reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize,
+                                              &bad);
+    return bad;
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

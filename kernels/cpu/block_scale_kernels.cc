@@ -1,4 +1,6 @@
 #include "kernels/cpu/block_scale_kernels.h"
+
+#include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/scalar/scale_limits.h"
@@ -6,6 +8,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <vector>
 
 #if defined(__AVX2__)
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
@@ -294,6 +297,23 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 #endif
   finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0);
   return scale;
+}
+
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+                      uint8_t* packed) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
+#endif
+  thread_local std::vector<int8_t> codes;
+  if (codes.size() < n) codes.resize(n);
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = std::min(blockSize, n - b0);
+    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes.data() + b0);
+  }
+  auto* nibbles = reinterpret_cast<uint8_t*>(codes.data());
+  for (size_t i = 0; i < n; ++i) nibbles[i] &= 0xfu;  // two's complement in 4 bits
+  packBits(nibbles, n, 4, packed);
 }
 
 float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes) {

@@ -38,6 +38,11 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
+// Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the
+// codes as two's complement nibbles, LSB-first (element 2j in the low nibble of packed[j]; a last odd
+// element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock.
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+                      uint8_t* packed);
 
 // u[i] = scalar::roundingUniform(stream, first + i): the stochastic-rounding uniforms (first may be any index).
 void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u);

@@ -87,5 +87,48 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
   return i;
 }
 
+GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+                                      uint8_t* packed) {
+  const __m512 lo = _mm512_set1_ps(-7.0f), hi = _mm512_set1_ps(7.0f);
+  const __m512i nibble = _mm512_set1_epi32(0xf);
+  // 16 blocks at a time in three phases (maxima, scales, codes), so one block's dependent chain (a
+  // horizontal maximum, a scalar division, a broadcast) overlaps the next blocks' work.
+  constexpr size_t kGroup = 16;
+  uint32_t maxBits[kGroup];
+  const size_t blocks = (n + blockSize - 1) / blockSize;
+  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
+    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize;
+      maxBits[j] = maxAbsBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
+    }
+    for (size_t j = 0; j < count; ++j) scales[g0 + j] = scalar::blockScaleFor(scalar::bitsToFloat(maxBits[j]), 7.0f);
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
+      const __m512 vScale = _mm512_set1_ps(scales[g0 + j]);
+      for (size_t i = b0; i < b0 + len; i += 16) {
+        const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
+        const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+        // The lanes past the tensor's end load 0 and give the code 0: the zero high nibble of a last odd byte.
+        const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + i), vScale);
+        __m512 q = uniforms ? _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_maskz_loadu_ps(lanes, uniforms + i)),
+                                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                            : _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+        // Two's complement in 4 bits; in each 64-bit lane the odd element's nibble (bits 32..35) moves to
+        // bits 4..7 beside the even one's, and vpmovqb keeps each lane's low byte.
+        __m512i c = _mm512_and_si512(_mm512_cvtps_epi32(q), nibble);
+        c = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
+        const __m128i bytes = _mm512_cvtepi64_epi8(c);
+        if (m == 16) {
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), bytes);
+        } else {
+          _mm_mask_storeu_epi8(packed + i / 2, static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), bytes);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace gradcomp::cpu::avx512
 #endif

@@ -24,5 +24,10 @@ uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scala
 // when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote.
 size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms, int8_t* codes);
 
+// encodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16: each block's amax,
+// scale and nibbles in registers, the nibbles paired within 64-bit lanes and narrowed by vpmovqb.
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+                      uint8_t* packed);
+
 }  // namespace gradcomp::cpu::avx512
 #endif

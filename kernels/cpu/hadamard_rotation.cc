@@ -3,8 +3,10 @@
 #if defined(__AVX2__)
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that its own -Wmaybe-uninitialized flags inside
-// avx512fintrin.h once inlined (GCC bug 105593); see kernels/cpu/block_scale_kernels.cc.
+// avx512fintrin.h once inlined (GCC bug 105593), and -Wuninitialized for the permutes' pass-through
+// operand; see kernels/cpu/block_scale_kernels.cc.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #endif
@@ -122,13 +124,167 @@ void forRotationBlocks(size_t n, size_t blockSize, Fn&& fn) {
     }
 }
 
+#if defined(__AVX512F__)
+// One block of 16 or more elements in one pass over it, the same operations on the same values as the
+// generic steps below (so the same bits; only independent butterflies are reordered): D's signs straight
+// from the Philox words as lane masks, the stages of span 1, 2, 4, 8 inside a register and those up to
+// span 128 across registers, 256 elements at a time; wider stages over the block in memory (in L1: at
+// most 32 KiB); the final product folded into the last stage's stores. `first` is the block's first
+// element in the tensor (the sign stream's index).
+
+// The lane masks of span 1, 2, 4, 8: set where lane i's bit `span` is set (the pair's upper element).
+constexpr __mmask16 kUpperLanes[4] = {0xaaaa, 0xcccc, 0xf0f0, 0xff00};
+
+inline __m512 partnerLanes(__m512 x, int stage) {
+  switch (stage) {
+    case 0: return _mm512_permute_ps(x, 0xb1);           // lanes i ^ 1
+    case 1: return _mm512_permute_ps(x, 0x4e);           // lanes i ^ 2
+    case 2: return _mm512_shuffle_f32x4(x, x, 0xb1);     // lanes i ^ 4
+    default: return _mm512_shuffle_f32x4(x, x, 0x4e);    // lanes i ^ 8
+  }
+}
+
+// The lower lane of each pair takes a + b, the upper a - b (with x the lane's own value and t its partner's:
+// x + t below, t - x above): the scalar loop's two values.
+inline __m512 inRegisterStages(__m512 x) {
+  for (int stage = 0; stage < 4; ++stage) {
+    const __m512 t = partnerLanes(x, stage);
+    x = _mm512_mask_sub_ps(_mm512_add_ps(x, t), kUpperLanes[stage], t, x);
+  }
+  return x;
+}
+
+// D's signs of the block's elements [first, first + size) as one 16-bit lane mask per 16 elements (first
+// a multiple of 16): one Philox call per 128 elements.
+void signLanes(const RngStream& s, uint64_t first, size_t size, __mmask16* lanes) {
+  for (size_t j = 0; j < size; j += 128) {
+    const Philox4 w = s.block((first + j) >> 7);
+    for (size_t k = j; k < size && k < j + 128; k += 16) {
+      const uint64_t e = first + k;
+      lanes[k / 16] = static_cast<__mmask16>(w.v[(e & 127u) >> 5] >> (e & 31u));
+    }
+  }
+}
+
+// The stages of span 16 x kRegs / 2 and below that cross registers: register j with register j + k.
+template <int kRegs>
+inline void acrossRegisterStages(__m512* r) {
+#pragma GCC unroll 16
+  for (int k = 1; k < kRegs; k <<= 1)
+#pragma GCC unroll 16
+    for (int j = 0; j < kRegs; ++j)
+      if (!(j & k)) {
+        const __m512 a = r[j], b = r[j + k];
+        r[j] = _mm512_add_ps(a, b);
+        r[j + k] = _mm512_sub_ps(a, b);
+      }
+}
+
+// The stages of span `from` .. size / 2 over v in memory (blocks past 256 elements); the last one's
+// outputs go through `last` before they are stored.
+template <typename Last>
+void wideStages(float* v, size_t size, size_t from, Last&& last) {
+  for (size_t h = from; h < size; h <<= 1) {
+    const bool final = 2 * h == size;
+    for (size_t i = 0; i < size; i += 2 * h)
+      for (size_t j = 0; j < h; j += 16) {
+        const __m512 a = _mm512_loadu_ps(v + i + j), b = _mm512_loadu_ps(v + i + j + h);
+        __m512 s = _mm512_add_ps(a, b), d = _mm512_sub_ps(a, b);
+        if (final) {
+          s = last(s, i + j);
+          d = last(d, i + j + h);
+        }
+        _mm512_storeu_ps(v + i + j, s);
+        _mm512_storeu_ps(v + i + j + h, d);
+      }
+  }
+}
+
+// Up to 256 elements (kRegs registers) transformed in registers: `load(j)` gives register j's 16
+// inputs, `finish(v, j)` maps its outputs when the group is the whole block (else they are stored as
+// they are, for the wide stages).
+template <int kRegs, typename Load, typename Finish>
+inline void registerGroup(float* out, bool wholeBlock, Load&& load, Finish&& finish) {
+  __m512 r[kRegs];
+#pragma GCC unroll 16
+  for (int j = 0; j < kRegs; ++j) r[j] = inRegisterStages(load(j));
+  acrossRegisterStages<kRegs>(r);
+#pragma GCC unroll 16
+  for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(out + 16 * j, wholeBlock ? finish(r[j], 16 * j) : r[j]);
+}
+
+// The block in groups of min(size, 256) elements, then the wider stages.
+template <typename LoadAt, typename Finish>
+void transformBlock(float* out, size_t size, LoadAt&& loadAt, Finish&& finish) {
+  const size_t group = size < 256 ? size : 256;
+  for (size_t g = 0; g < size; g += group) {
+    auto load = [&](int j) { return loadAt(g + 16 * static_cast<size_t>(j)); };
+    auto finishAt = [&](__m512 v, size_t j) { return finish(v, g + j); };
+    float* o = out + g;
+    const bool whole = group == size;
+    switch (group) {
+      case 16: registerGroup<1>(o, whole, load, finishAt); break;
+      case 32: registerGroup<2>(o, whole, load, finishAt); break;
+      case 64: registerGroup<4>(o, whole, load, finishAt); break;
+      case 128: registerGroup<8>(o, whole, load, finishAt); break;
+      default: registerGroup<16>(o, whole, load, finishAt); break;
+    }
+  }
+  if (size > 256) wideStages(out, size, 256, finish);
+}
+
+void forwardBlock(const float* x, float* y, size_t size, const RngStream& s, uint64_t first, float prescale) {
+  const __m512 scale = _mm512_set1_ps(prescale), norm = _mm512_set1_ps(rotationNorm(size));
+  const __m512i signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  __mmask16 negative[8192 / 16];
+  signLanes(s, first, size, negative);
+  transformBlock(
+      y, size,
+      [&](size_t j) {
+        const __m512i v = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(x + j), scale));
+        return _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, negative[j / 16], v, signBit));
+      },
+      [&](__m512 v, size_t) { return _mm512_mul_ps(v, norm); });
+}
+
+// saturatingScale on 16 lanes: a finite value whose product overflows becomes +-FLT_MAX.
+inline __m512 saturatingScale16(__m512 v, __m512 scale) {
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff), infBits = _mm512_set1_epi32(0x7f800000);
+  const __m512 r = _mm512_mul_ps(v, scale);
+  const __m512i vi = _mm512_castps_si512(v), ri = _mm512_castps_si512(r);
+  const __mmask16 overflowed = _mm512_cmpeq_epi32_mask(_mm512_and_si512(ri, absMask), infBits) &
+                               _mm512_cmplt_epu32_mask(_mm512_and_si512(vi, absMask), infBits);
+  const __m512i saturated = _mm512_or_si512(_mm512_andnot_si512(absMask, vi), _mm512_set1_epi32(0x7f7fffff));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(ri, overflowed, saturated));
+}
+
+void inverseBlock(const float* y, float* x, size_t size, const RngStream& s, uint64_t first, float postscale) {
+  const __m512 scale = _mm512_set1_ps(postscale), norm = _mm512_set1_ps(rotationNorm(size));
+  const __m512i signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  __mmask16 negative[8192 / 16];
+  signLanes(s, first, size, negative);
+  // x = saturatingScale(flipped(v x norm, D), postscale) for the transform's output v at element j.
+  transformBlock(
+      x, size, [&](size_t j) { return _mm512_loadu_ps(y + j); },
+      [&](__m512 v, size_t j) {
+        __m512i f = _mm512_castps_si512(_mm512_mul_ps(v, norm));
+        f = _mm512_mask_xor_epi32(f, negative[j / 16], f, signBit);
+        return saturatingScale16(_mm512_castsi512_ps(f), scale);
+      });
+}
+#endif
+
 }  // namespace
 
-void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const RotationKey& key, float prescale) {
+void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const RotationKey& key, float prescale,
+                   uint64_t first) {
   const RngStream s = rotationStream(key);
   uint32_t masks[8192];
   forRotationBlocks(n, blockSize, [&](size_t start, size_t size) {
-    signMasks(s, start, size, masks);
+#if defined(__AVX512F__)
+    if (size >= 16) return forwardBlock(x + start, y + start, size, s, first + start, prescale);
+#endif
+    signMasks(s, first + start, size, masks);
     for (size_t j = 0; j < size; ++j) y[start + j] = flipped(x[start + j] * prescale, masks[j]);
     fwht(y + start, size);
     const float norm = rotationNorm(size);
@@ -136,13 +292,17 @@ void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const R
   });
 }
 
-void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const RotationKey& key, float postscale) {
+void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const RotationKey& key, float postscale,
+                   uint64_t first) {
   const RngStream s = rotationStream(key);
   uint32_t masks[8192];
   forRotationBlocks(n, blockSize, [&](size_t start, size_t size) {
+#if defined(__AVX512F__)
+    if (size >= 16) return inverseBlock(y + start, x + start, size, s, first + start, postscale);
+#endif
     if (x != y) std::copy(y + start, y + start + size, x + start);
     fwht(x + start, size);
-    signMasks(s, start, size, masks);
+    signMasks(s, first + start, size, masks);
     const float norm = rotationNorm(size);
     for (size_t j = 0; j < size; ++j) x[start + j] = saturatingScale(flipped(x[start + j] * norm, masks[j]), postscale);
   });

@@ -10,11 +10,13 @@
 namespace gradcomp::cpu {
 
 // y may alias x. `prescale` multiplies every input first (the codec's power of two that keeps the
-// butterflies' sums below FLT_MAX).
+// butterflies' sums below FLT_MAX). `first`: the tensor index of x[0], so a chunk of a tensor rotates as
+// it does inside the whole tensor; it must be a multiple of blockSize, and n either a multiple of
+// blockSize or the rest of the tensor (whose tail then splits into the same smaller blocks).
 void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const scalar::RotationKey& key,
-                   float prescale);
+                   float prescale, uint64_t first = 0);
 // x = D H y / sqrt(b) x postscale, saturated to +-FLT_MAX where that product overflows; x may alias y.
 void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const scalar::RotationKey& key,
-                   float postscale);
+                   float postscale, uint64_t first = 0);
 
 }  // namespace gradcomp::cpu

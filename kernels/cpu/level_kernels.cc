@@ -1,5 +1,6 @@
 #include "kernels/cpu/level_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__AVX2__)
@@ -33,9 +34,42 @@ double blockSumSquares(const float* x, size_t n) {
 
 float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWireNorm(blockSumSquares(x, n), levels); }
 
+void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums) {
+  const size_t blocks = (n + blockSize - 1) / blockSize;
+  size_t b = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // Four whole blocks at a time, each in its own accumulator in blockSumSquares' order: one block's sum
+  // is a chain of dependent additions (latency-bound), four chains keep the adder busy.
+  if (blockSize % 8 == 0) {
+    for (; (b + 4) * blockSize <= n; b += 4) {
+      const float* p = x + b * blockSize;
+      __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+      for (size_t i = 0; i < blockSize; i += 8)
+        for (int k = 0; k < 4; ++k) {
+          const float* q = p + k * blockSize + i;
+          const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
+          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
+          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
+        }
+      for (int k = 0; k < 4; ++k) {
+        double lane[4];
+        _mm256_storeu_pd(lane, acc[k]);
+        sums[b + k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+      }
+    }
+  }
+#endif
+  for (; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
+}
+
 float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms, uint8_t* codes) {
+  return encodeQsgdBlockOfSum(x, n, bits, blockSumSquares(x, n), uniforms, codes);
+}
+
+float encodeQsgdBlockOfSum(const float* x, size_t n, int bits, double sumSquares, const float* uniforms,
+                           uint8_t* codes) {
   const int s = scalar::qsgdLevels(bits);
-  const float norm = blockL2Norm(x, n, s);
+  const float norm = scalar::qsgdWireNorm(sumSquares, s);
   const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norm);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
@@ -70,8 +104,12 @@ void decodeQsgdBlock(const uint8_t* codes, size_t n, int bits, float norm, float
   }
 }
 
-float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes) {
+float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes, bool* nonFinite) {
   const float maxAbs = blockAmax(x, n);
+  if (nonFinite && !scalar::isFiniteBits(scalar::floatBits(maxAbs))) {
+    *nonFinite = true;
+    return 0.0f;
+  }
   const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2

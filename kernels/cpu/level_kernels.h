@@ -10,6 +10,9 @@ namespace gradcomp::cpu {
 // Sum of squares of a block, accumulated in double over 4 interleaved lanes combined as
 // (l0+l1)+(l2+l3): a fixed order, so every backend that follows it gets the same value.
 double blockSumSquares(const float* x, size_t n);
+// sums[b] = blockSumSquares of each consecutive block (the last may be short), bit for bit, several
+// blocks at a time.
+void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums);
 // The block's qsgd wire norm with `levels` levels: its L2 norm, capped so that it decodes to finite
 // values (kernels/scalar/scale_limits.h).
 float blockL2Norm(const float* x, size_t n, int levels);
@@ -17,10 +20,15 @@ float blockL2Norm(const float* x, size_t n, int levels);
 // QSGD with s = 2^(bits-1) - 1 levels: code = sign << (bits-1) | level, level = floor(|x|/norm*s + u).
 // Returns the norm stored for the block.
 float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms, uint8_t* codes);
+// The same with the block's blockSumSquares already known (so a tile's blocks can be summed together,
+// and a non-finite sum, a NaN/Inf in the block, found before encoding).
+float encodeQsgdBlockOfSum(const float* x, size_t n, int bits, double sumSquares, const float* uniforms,
+                           uint8_t* codes);
 void decodeQsgdBlock(const uint8_t* codes, size_t n, int bits, float norm, float* out, bool accumulate);
 
 // TernGrad: code 0 -> 0, 1 -> +max, 2 -> -max (3 is invalid); P(nonzero) = |x| / max.
-float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes);
+// nonFinite as for encodeQsgdBlock, checked by the block maximum.
+float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes, bool* nonFinite = nullptr);
 void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, bool accumulate);
 
 }  // namespace gradcomp::cpu

@@ -1,8 +1,12 @@
 #include "kernels/cpu/microscaling_kernels.h"
 
 #include <algorithm>
+#include <vector>
 
+#include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/cpu_path.h"
+#include "kernels/cpu/microscaling_kernels_avx512.h"
 
 namespace gradcomp::cpu {
 
@@ -148,6 +152,43 @@ uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, 
     }
   }
   return saturated;
+}
+
+namespace {
+
+// The packed entry points off the AVX-512 path: byte codes into a per-thread buffer, then packed.
+template <typename Encode>
+uint64_t encodeThenPack(size_t n, int bits, uint8_t* packed, Encode&& encode) {
+  if (bits == 8) return encode(packed);
+  thread_local std::vector<uint8_t> codes;
+  if (codes.size() < n) codes.resize(n);
+  const uint64_t saturated = encode(codes.data());
+  packBits(codes.data(), n, bits, packed);
+  return saturated;
+}
+
+}  // namespace
+
+uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* packed,
+                              uint8_t* scaleCodes, uint64_t* firstBad) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes, firstBad);
+#endif
+  return encodeThenPack(n, elementSpec(fmt).bits, packed, [&](uint8_t* codes) {
+    return encodeMxBlocks(x, n, blockSize, fmt, codes, scaleCodes, firstBad);
+  });
+}
+
+uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                 uint8_t* scaleCodes, uint64_t* firstBad) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad);
+#endif
+  return encodeThenPack(n, 4, packed, [&](uint8_t* codes) {
+    return encodeNvfp4Blocks(x, n, blockSize, t, codes, scaleCodes, firstBad);
+  });
 }
 
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate) {

@@ -17,6 +17,11 @@ namespace gradcomp::cpu {
 // such index and the encode stops (the codes are then unspecified).
 uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* codes,
                         uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
+// encodeMxBlocks with the codes packed LSB-first (fmt's 8, 6 or 4 bits each) into `packed`, which starts
+// on a byte (n elements from a multiple of 4); AVX-512 where cpu_path.h selects it and blockSize is a
+// multiple of 16, else encodeMxBlocks and packBits. The same bytes either way.
+uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* packed,
+                              uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 // out[i] (=|+=) element(codes[i]) x 2^(scaleCode - 127), for one block.
 void decodeMxBlock(const uint8_t* codes, size_t n, scalar::ElementFormat fmt, uint8_t scaleCode, float* out,
                    bool accumulate);
@@ -25,6 +30,9 @@ void decodeMxBlock(const uint8_t* codes, size_t n, scalar::ElementFormat fmt, ui
 // codes and one E4M3 scale code per block; returns the saturations.
 uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes,
                            uint64_t* firstBad = nullptr);
+// encodeNvfp4Blocks with the 4-bit codes packed LSB-first, as encodeMxBlocksPacked.
+uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                 uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
 // max |x| (exact: an integer max of the magnitude bits); >= Inf when x holds Inf or NaN.

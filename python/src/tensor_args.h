@@ -59,6 +59,20 @@ class DeviceOfCall {
   int deviceId_ = 0;
 };
 
+// Releases the GIL for the length of a call that is long enough for another Python thread to use it:
+// a device call (it may wait on its stream), or one over at least 64K values. A small host call keeps
+// it: releasing and re-acquiring costs about 0.2 us, a fifth of a 1K-value fp16 encode, and the call
+// is over sooner than another thread could be scheduled.
+class GilReleaseForCall {
+ public:
+  GilReleaseForCall(const ExecContext& exec, size_t values) {
+    if (exec.device != Device::Cpu || values >= (size_t{1} << 16)) release_.emplace();
+  }
+
+ private:
+  std::optional<nb::gil_scoped_release> release_;
+};
+
 // Host-only calls (header inspection): InvalidArgument when the array is not in host memory.
 void requireHost(const char* what, const char* argument, int deviceType);
 template <typename Array>

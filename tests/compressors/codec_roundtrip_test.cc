@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "compressors/registry.h"
@@ -183,6 +184,67 @@ TEST_P(CodecInvariants, RotationIsTheCodecInAnOrthonormalBasis) {
     errY += double(dy[i] - y[i]) * (dy[i] - y[i]);
   }
   EXPECT_NEAR(std::sqrt(errX), std::sqrt(errY), 1e-5 * std::sqrt(errY) + 1e-6);
+}
+
+// A large rotated tensor is rotated and encoded chunk by chunk, on two threads: the wire is still the
+// rotation section plus the unrotated codec's payload of the whole tensor rotated at once, and the
+// fused error-feedback residual is the same on one thread and on two.
+TEST_P(CodecInvariants, ChunkedRotationOnTwoThreadsGivesTheWholeTensorsBytes) {
+  const std::string spec = std::get<0>(GetParam());
+  // Its own tensor size: run once per rotated codec (at the suite's n = 1000), not once per n.
+  if (!testing::isRotated(spec) || n != 1000) return;
+  const size_t big = (size_t{1} << 19) + 1003;  // two threads' worth, ending in partial blocks
+  std::vector<float> g(big), e(big);
+  std::mt19937 rng(77);
+  std::normal_distribution<float> d;
+  for (size_t i = 0; i < big; ++i) {
+    g[i] = d(rng);
+    e[i] = 0.01f * d(rng);
+  }
+  const auto oneThread = encodeToVector(*codec, g, ctx);
+  const size_t cap = codec->maxEncodedBytes(big, ctx);
+  ExecContext two;
+  two.cpuThreads = 2;
+  testing::WireBuffer buf(cap);
+  const EncodeResult r = codec->encode(g, buf.span(cap), ctx, two);
+  const auto s = buf.span(r.wireBytes);
+  ASSERT_EQ(std::vector<std::byte>(s.begin(), s.end()), oneThread);
+  // The wire's codec payload against the unrotated codec on the whole rotated tensor.
+  const uint32_t rblock = [&] {
+    const size_t at = spec.find("rblock=");
+    return at == std::string::npos ? 256u : static_cast<uint32_t>(std::stoul(spec.substr(at + 7)));
+  }();
+  std::string plainSpec = spec.substr(0, spec.find(':')), params;
+  for (size_t at = spec.find(':') + 1; at < spec.size();) {
+    const size_t end = std::min(spec.find(',', at), spec.size());
+    const std::string kv = spec.substr(at, end - at);
+    if (kv.rfind("rblock=", 0) != 0 && kv.rfind("rotate=", 0) != 0) params += (params.empty() ? "" : ",") + kv;
+    at = end + 1;
+  }
+  if (!params.empty()) plainSpec += ":" + params;
+  std::vector<float> y(big);
+  cpu::rotateForward(g.data(), y.data(), big, rblock, {ctx.seed, ctx.step, ctx.tensorId}, 1.0f);
+  const auto plainWire = encodeToVector(*makeCompressor(plainSpec), y, ctx);
+  ASSERT_EQ(oneThread.size(), plainWire.size() + 32);
+  EXPECT_TRUE(std::equal(oneThread.begin() + 48 + 32, oneThread.end(), plainWire.begin() + 48));
+  std::vector<float> r1(big), r2(big);
+  codec->encodeWithResidual(g, e, r1, buf.span(cap), ctx);
+  const auto w1 = std::vector<std::byte>(buf.span(cap).begin(), buf.span(cap).begin() + r.wireBytes);
+  const EncodeResult r2Result = codec->encodeWithResidual(g, e, r2, buf.span(cap), ctx, two);
+  ASSERT_EQ(r2Result.wireBytes, r.wireBytes);
+  EXPECT_TRUE(std::equal(w1.begin(), w1.end(), buf.span(cap).begin()));
+  EXPECT_TRUE(sameBits(r1, r2));
+  // And the residual is c - decode(wire) up to the two rotations' rounding (relative to |c|: a few fp32
+  // ulps per butterfly stage).
+  std::vector<float> decoded(big);
+  codec->decode(w1, decoded, DecodeMode::Overwrite);
+  double err = 0, normC = 0;
+  for (size_t i = 0; i < big; ++i) {
+    const double c = double(g[i] + e[i]), want = c - decoded[i];
+    err += (r1[i] - want) * (r1[i] - want);
+    normC += c * c;
+  }
+  EXPECT_LE(std::sqrt(err), 2e-6 * std::sqrt(normC));
 }
 
 TEST_P(CodecInvariants, RoundTripWithinTheCodecBound) {

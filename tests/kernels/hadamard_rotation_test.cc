@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -93,11 +95,77 @@ TEST(HadamardRotation, BlocksCoverAnyLengthWithPowersOfTwo) {
   EXPECT_FLOAT_EQ(scalar::rotationNorm(128), 1.0f / std::sqrt(128.0f));
 }
 
+// The definition's operations in the definition's order, one element at a time: each block's x x prescale
+// with D's sign, the butterflies stage by stage (a' = a + b, b' = a - b), then x 1/sqrt(size). The kernels
+// (whichever vector path this build compiles) must give exactly these bits.
+std::vector<float> referenceForward(const std::vector<float>& x, size_t b, const scalar::RotationKey& key,
+                                    float prescale) {
+  const auto s = scalar::rotationStream(key);
+  std::vector<float> y(x.size());
+  for (size_t start = 0; start < x.size();) {
+    const scalar::RotationBlock blk = scalar::rotationBlockOf(start, x.size(), b);
+    float* v = y.data() + blk.start;
+    for (size_t j = 0; j < blk.size; ++j) {
+      const float p = x[blk.start + j] * prescale;
+      v[j] = scalar::rotationSignNegative(s, blk.start + j) ? -p : p;
+    }
+    for (size_t h = 1; h < blk.size; h <<= 1)
+      for (size_t i = 0; i < blk.size; i += 2 * h)
+        for (size_t j = i; j < i + h; ++j) {
+          const float a = v[j], c = v[j + h];
+          v[j] = a + c;
+          v[j + h] = a - c;
+        }
+    for (size_t j = 0; j < blk.size; ++j) v[j] *= scalar::rotationNorm(blk.size);
+    start = blk.start + blk.size;
+  }
+  return y;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(HadamardRotation, EveryBlockSizeGivesTheDefinitionsBitsAndAChunkRotatesAsInsideTheTensor) {
+  const scalar::RotationKey key{5, 8, 13};
+  for (size_t b : {size_t{2}, size_t{16}, size_t{32}, size_t{64}, size_t{256}, size_t{1024}, size_t{8192}}) {
+    for (size_t n : {b, 3 * b, 3 * b + b / 2 + 7, size_t{40000}}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " b " << b);
+      const auto x = normal(n, 21);
+      std::vector<float> y(n);
+      rotateForward(x.data(), y.data(), n, b, key, 0.5f);
+      ASSERT_TRUE(sameBits(y, referenceForward(x, b, key, 0.5f)));
+      // A chunk starting on a block boundary (a middle one of whole blocks, then the rest with the tail).
+      if (n >= 2 * b) {
+        const size_t first = b, count = n - b;
+        std::vector<float> part(count), back(count), whole(n);
+        rotateForward(x.data() + first, part.data(), count, b, key, 0.5f, first);
+        ASSERT_TRUE(std::equal(part.begin(), part.end(), y.begin() + first));
+        rotateForward(x.data() + first, part.data(), b, b, key, 0.5f, first);
+        ASSERT_TRUE(std::equal(part.begin(), part.begin() + b, y.begin() + first));
+        rotateInverse(y.data(), whole.data(), n, b, key, 2.0f);
+        rotateInverse(y.data() + first, back.data(), count, b, key, 2.0f, first);
+        ASSERT_TRUE(std::equal(back.begin(), back.end(), whole.begin() + first));
+      }
+    }
+  }
+}
+
 TEST(HadamardRotation, InverseSaturatesAtTheEdgeOfTheRangeInsteadOfOverflowing) {
   std::vector<float> y = {1.0e38f, 0.5e38f};  // the butterflies stay finite, the postscale does not
   rotateInverse(y.data(), y.data(), 2, 2, {0, 0, 0}, 4.0f);
   EXPECT_EQ(std::fabs(y[0]), FLT_MAX);  // D may flip the sign: compare magnitudes
   for (float v : y) EXPECT_TRUE(std::isfinite(v));
+  // The same on 16-lane blocks, where the vector path saturates: every lane whose product overflows.
+  std::vector<float> z(64);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = i % 3 ? 1.0e30f : -0.25f;  // sums stay finite; x 2^60 does not
+  rotateInverse(z.data(), z.data(), z.size(), 64, {0, 1, 0}, 0x1p60f);
+  size_t saturated = 0;
+  for (float v : z) {
+    ASSERT_TRUE(std::isfinite(v));
+    saturated += std::fabs(v) == FLT_MAX;
+  }
+  EXPECT_GT(saturated, 0u);
 }
 
 }  // namespace

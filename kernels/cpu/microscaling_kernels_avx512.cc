@@ -1,0 +1,191 @@
+// The element conversion is microscaling_kernels.cc's branch-free ElementLane on 16 lanes; the codes
+// are packed LSB-first without leaving registers: 8-bit by vpmovdb, 4-bit by pairing the lanes of each
+// 64-bit lane and vpmovqb, 6-bit by pairing twice (12, then 24 bits) and a byte shuffle to 12 bytes.
+// The target attribute (not a file-wide flag) keeps the build runnable on CPUs without AVX-512.
+#include "kernels/cpu/microscaling_kernels_avx512.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+// GCC 12's AVX-512 intrinsics warn inside their own header once inlined (-Wmaybe-uninitialized and
+// -Wuninitialized on the "undefined" pass-through operand): a third-party header's warning, never ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace gradcomp::cpu::avx512 {
+namespace {
+
+using namespace scalar;
+
+// floatToElement's steps for one format, as 16-lane constants.
+struct ElementLanes {
+  __m512i absMask, rebias, magicBits, minNormal, maxBits, maxCode, overflow, one;
+  __m512 magic;
+  int shift, signShift, bits;
+};
+
+GRADCOMP_AVX512 ElementLanes lanesFor(const ElementSpec& s) {
+  ElementLanes l;
+  l.absMask = _mm512_set1_epi32(0x7fffffff);
+  l.rebias = _mm512_set1_epi32(
+      static_cast<int>((static_cast<uint32_t>(s.bias - 127) << 23) + ((1u << (22 - s.mantBits)) - 1u)));
+  l.magicBits = _mm512_set1_epi32(static_cast<int>(floatBits(s.subnormalMagic)));
+  l.minNormal = _mm512_set1_epi32(static_cast<int>(s.minNormalBits));
+  l.maxBits = _mm512_set1_epi32(static_cast<int>(floatBits(s.maxValue)));
+  l.maxCode = _mm512_set1_epi32(s.maxCode);
+  l.overflow = _mm512_set1_epi32(static_cast<int>(elementOverflowBits(s)));
+  l.one = _mm512_set1_epi32(1);
+  l.magic = _mm512_set1_ps(s.subnormalMagic);
+  l.shift = 23 - s.mantBits;
+  l.signShift = 32 - s.bits;  // bit 31 down to the code's top bit
+  l.bits = s.bits;
+  return l;
+}
+
+// The codes of 16 scaled values (one per 32-bit lane) and, in sat, the lanes at or past the overflow
+// midpoint (masked to `valid`).
+GRADCOMP_AVX512 inline __m512i elementCodes(__m512 v, const ElementLanes& l, __mmask16 valid, uint32_t& sat) {
+  const __m512i xb = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(xb, l.absMask);
+  sat += static_cast<uint32_t>(__builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid, a, l.overflow)));
+  const __m512i sign = _mm512_srli_epi32(_mm512_andnot_si512(l.absMask, xb), static_cast<unsigned>(l.signShift));
+  const __m512i sub =
+      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), l.magic)), l.magicBits);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, static_cast<unsigned>(l.shift)), l.one);
+  const __m512i nor =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, l.rebias), odd), static_cast<unsigned>(l.shift));
+  __m512i code = _mm512_mask_mov_epi32(nor, _mm512_cmplt_epu32_mask(a, l.minNormal), sub);
+  code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epu32_mask(a, l.maxBits), l.maxCode);
+  code = _mm512_min_epu32(code, l.maxCode);
+  return _mm512_or_si512(sign, code);
+}
+
+// 16 codes of `bits` bits packed LSB-first into the low bytes of a register (16, 12 or 8 of them).
+GRADCOMP_AVX512 inline __m128i packCodes(__m512i c, int bits) {
+  if (bits == 8) return _mm512_cvtepi32_epi8(c);
+  // 4 bits: in each 64-bit lane the odd element's code (bits 32..35) moves beside the even one's (4..7).
+  if (bits == 4) return _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28)));
+  // 6 bits: pairs into 12 bits per 64-bit lane, narrowed to 32; pairs of those into 24 bits, narrowed;
+  // then the three low bytes of each 32-bit lane.
+  const __m256i p12 = _mm512_cvtepi64_epi32(_mm512_or_si512(c, _mm512_srli_epi64(c, 26)));
+  const __m128i p24 = _mm256_cvtepi64_epi32(_mm256_or_si256(p12, _mm256_srli_epi64(p12, 20)));
+  return _mm_shuffle_epi8(p24, _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+}
+
+// Stores the packed bytes of 16 codes: plain stores of exactly 16 x bits / 8 bytes for a whole group
+// (a masked or narrowing store to memory is several times slower on some cores), a byte mask for the
+// first m codes of a last partial group.
+GRADCOMP_AVX512 inline void storeCodes(__m128i packed, int bits, uint8_t* out, size_t m) {
+  if (m == 16) {
+    if (bits == 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+    } else {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), packed);
+      if (bits == 6) {
+        const uint32_t high = static_cast<uint32_t>(_mm_extract_epi32(packed, 2));
+        __builtin_memcpy(out + 8, &high, 4);
+      }
+    }
+    return;
+  }
+  const size_t bytes = (m * static_cast<size_t>(bits) + 7) / 8;
+  _mm_mask_storeu_epi8(out, static_cast<__mmask16>((1u << bytes) - 1u), packed);
+}
+
+GRADCOMP_AVX512 inline uint32_t blockMaxBits(const float* x, size_t len) {
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  __m512i acc = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(x + i), absMask));
+  if (i < len) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (len - i)) - 1u);
+    acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_maskz_loadu_epi32(m, x + i), absMask));
+  }
+  return _mm512_reduce_max_epu32(acc);
+}
+
+// The first NaN/Inf of a block whose maximum magnitude reached Inf's.
+inline uint64_t firstNonFiniteIn(const float* x, size_t b0, size_t len) {
+  size_t i = 0;
+  while (i < len && isFiniteBits(absBits(x[b0 + i]))) ++i;
+  return b0 + i;
+}
+
+// The blocks of x: per block, `scaleOf(amax)` gives (scale code, factor, divide); the element codes of
+// x x factor (or x / factor) are packed at element offset b0. Returns the saturations. The blocks go
+// 16 at a time in three phases (their maxima, their scales, their codes), so that one block's chain of
+// dependent steps (a horizontal maximum, the scalar scale rule, a broadcast) overlaps the next blocks'
+// instead of stalling the loop: a 16-element NVFP4 block is otherwise latency-bound.
+template <typename ScaleOf>
+GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize, const ElementLanes& l,
+                                      uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, ScaleOf&& scaleOf) {
+  constexpr size_t kGroup = 16;
+  uint64_t saturated = 0;
+  uint32_t maxBits[kGroup];
+  float factors[kGroup];
+  bool divide = false;
+  const size_t blocks = (n + blockSize - 1) / blockSize;
+  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
+    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize;
+      maxBits[j] = blockMaxBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
+    }
+    for (size_t j = 0; j < count; ++j) {
+      if (!isFiniteBits(maxBits[j])) {
+        const size_t b0 = (g0 + j) * blockSize;
+        if (firstBad) *firstBad = firstNonFiniteIn(x, b0, blockSize < n - b0 ? blockSize : n - b0);
+        return saturated;
+      }
+      scaleOf(bitsToFloat(maxBits[j]), scaleCodes[g0 + j], factors[j], divide);
+    }
+    uint32_t sat = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
+      const __m512 f = _mm512_set1_ps(factors[j]);
+      for (size_t i = 0; i < len; i += 16) {
+        const size_t m = len - i >= 16 ? 16 : len - i;
+        const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
+        const __m512 xv = m == 16 ? _mm512_loadu_ps(x + b0 + i) : _mm512_maskz_loadu_ps(valid, x + b0 + i);
+        // factor 0 (an NVFP4 block below E4M3's smallest scale): every code 0, as the scalar path writes.
+        const __m512i c = factors[j] == 0.0f
+                              ? _mm512_setzero_si512()
+                              : elementCodes(divide ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f), l, valid, sat);
+        storeCodes(packCodes(c, l.bits), l.bits, packed + (b0 + i) * static_cast<size_t>(l.bits) / 8, m);
+      }
+    }
+    saturated += sat;
+  }
+  return saturated;
+}
+
+}  // namespace
+
+GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt,
+                                              uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad) {
+  const ElementSpec s = elementSpec(fmt);
+  const ElementLanes l = lanesFor(s);
+  return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
+                      [&](float amax, uint8_t& code, float& factor, bool& divide) {
+                        code = mxSharedScaleCode(amax, s);
+                        factor = mxInverseScale(code);  // x / 2^e as the exact product with 2^-e
+                        divide = false;
+                      });
+}
+
+GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                                 uint8_t* scaleCodes, uint64_t* firstBad) {
+  const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
+                      [&](float amax, uint8_t& code, float& factor, bool& divide) {
+                        code = nvfp4BlockScaleCode(amax, t);
+                        factor = nvfp4BlockFactor(code, t);
+                        divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
+                      });
+}
+
+}  // namespace gradcomp::cpu::avx512
+#endif

@@ -1,0 +1,24 @@
+// AVX-512 encoders of the block-scaled narrow formats (microscaling_kernels_avx512.cc), called by
+// microscaling_kernels.cc when cpu_path.h selects the avx512 path and the block is a multiple of 16:
+// each block's maximum, scale, element codes, saturation count and bit packing in registers, one pass
+// over the block. Same bytes as the scalar steps of kernels/scalar/element_formats.h (pinned by the
+// golden wire hashes and tests/kernels/microscaling_kernel_paths_test.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+#include "kernels/scalar/element_formats.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+namespace gradcomp::cpu::avx512 {
+
+// encodeMxBlocksPacked / encodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 16 == 0.
+uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* packed,
+                              uint8_t* scaleCodes, uint64_t* firstBad);
+uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                 uint8_t* scaleCodes, uint64_t* firstBad);
+
+}  // namespace gradcomp::cpu::avx512
+#endif
