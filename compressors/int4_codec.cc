@@ -56,25 +56,17 @@ class Int4Codec final : public BlockCodec {
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
     validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
-    const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
-    for (uint64_t byte = 0; byte < sec.bytes[1]; ++byte) {
-      const uint8_t v = packed[byte];
-      const uint64_t element = (v & 0xfu) == 0x8u ? 2 * byte : ((v >> 4) == 0x8u ? 2 * byte + 1 : h.numElements);
-      GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": code -8 at element ", element,
-                     " is outside the symmetric range [-7, 7]");
-    }
+    const uint64_t element =
+        cpu::firstInt4Minimum(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]), h.numElements);
+    GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": code -8 at element ", element,
+                   " is outside the symmetric range [-7, 7]");
   }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {
     const Sections sec = sections(h);
     const auto* scales = reinterpret_cast<const float*>(payload + sec.offset[0]);
-    uint8_t* nibbles = scratchCodes(count);
-    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 2, count, 4, nibbles);
-    auto* codes = reinterpret_cast<int8_t*>(nibbles);
-    for (uint64_t i = 0; i < count; ++i) codes[i] = static_cast<int8_t>(nibbles[i] >= 8 ? nibbles[i] - 16 : nibbles[i]);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      cpu::decodeInt8Block(codes + off, len, scales[block], out + off, accumulate);
-    });
+    cpu::decodeInt4Blocks(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 2, count, h.blockSize,
+                          scales + begin / h.blockSize, out, accumulate);
   }
 #if GRADCOMP_HAVE_CUDA
   void launchEncodeOnDevice(const DeviceEncode& d) const override {

@@ -104,15 +104,8 @@ class MxCodec final : public BlockCodec {
     const int bits = bitsOf(h);
     const auto* scaleCodes = reinterpret_cast<const uint8_t*>(payload + sec.offset[0]);
     const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin * bits / 8;
-    const uint8_t* codes = packed;
-    if (bits != 8) {
-      uint8_t* unpacked = scratchCodes(count);
-      cpu::unpackBits(packed, count, bits, unpacked);
-      codes = unpacked;
-    }
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      cpu::decodeMxBlock(codes + off, len, formatOf(h), scaleCodes[block], out + off, accumulate);
-    });
+    cpu::decodeMxBlocksPacked(packed, count, h.blockSize, formatOf(h), scaleCodes + begin / h.blockSize, out,
+                              accumulate);
   }
 #if GRADCOMP_HAVE_CUDA
   void launchEncodeOnDevice(const DeviceEncode& d) const override {

@@ -85,12 +85,9 @@ class Nvfp4Codec final : public BlockCodec {
                   bool accumulate) const override {
     const Sections sec = sections(h);
     const auto* scaleCodes = reinterpret_cast<const uint8_t*>(payload + sec.offset[0]);
-    uint8_t* codes = scratchCodes(count);
-    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 2, count, 4, codes);
-    const float t = scalar::bitsToFloat(h.param);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      cpu::decodeNvfp4Block(codes + off, len, scaleCodes[block], t, out + off, accumulate);
-    });
+    cpu::decodeNvfp4BlocksPacked(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 2, count,
+                                 h.blockSize, scaleCodes + begin / h.blockSize, scalar::bitsToFloat(h.param), out,
+                                 accumulate);
   }
 #if GRADCOMP_HAVE_CUDA
   static float deviceAmax(const float* grad, const float* residual, uint64_t n, const ExecContext& exec) {

@@ -249,6 +249,25 @@ size_t firstInt8Minimum(const int8_t* codes, size_t n) {
   return firstMaskedByte(reinterpret_cast<const uint8_t*>(codes), n, 0xff, 0x80);
 }
 
+size_t firstInt4Minimum(const uint8_t* packed, size_t n) {
+  // As firstMaskedByte: a branch-free OR over 256-byte chunks, the position searched only in a chunk that
+  // has one. A last odd element's byte has a zero high nibble, so whole bytes can be tested.
+  constexpr size_t kChunk = 256;
+  const size_t bytes = (n + 1) / 2;
+  for (size_t base = 0; base < bytes; base += kChunk) {
+    const size_t end = std::min(bytes, base + kChunk);
+    uint8_t any = 0;
+    for (size_t i = base; i < end; ++i)
+      any |= static_cast<uint8_t>(((packed[i] & 0x0fu) == 0x08u) | ((packed[i] & 0xf0u) == 0x80u));
+    if (any)
+      for (size_t i = base; i < end; ++i) {
+        if ((packed[i] & 0x0fu) == 0x08u) return 2 * i;
+        if ((packed[i] & 0xf0u) == 0x80u && 2 * i + 1 < n) return 2 * i + 1;
+      }
+  }
+  return n;
+}
+
 // The scalar reference of encodeSymmetricIntBlock's codes (and the vector paths' tails).
 static void finishSymmetricInt(const float* x, size_t n, float scale, float top, const float* uniforms, int8_t* codes) {
   if (uniforms) {
@@ -305,15 +324,34 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
 #endif
-  thread_local std::vector<int8_t> codes;
-  if (codes.size() < n) codes.resize(n);
+  thread_local std::vector<int8_t> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  int8_t* codes = buffer.data();  // local: see decodeInt4Blocks
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
-    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes.data() + b0);
+    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes + b0);
   }
-  auto* nibbles = reinterpret_cast<uint8_t*>(codes.data());
+  auto* nibbles = reinterpret_cast<uint8_t*>(codes);
   for (size_t i = 0; i < n; ++i) nibbles[i] &= 0xfu;  // two's complement in 4 bits
   packBits(nibbles, n, 4, packed);
+}
+
+void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,
+                      bool accumulate) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::decodeInt4Blocks(packed, n, blockSize, scales, out, accumulate);
+#endif
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  // A local pointer: byte stores through the vector's own would make the compiler reload its data pointer
+  // (a thread-local) on every iteration and leave the loop scalar (measured 6x slower).
+  uint8_t* nibbles = buffer.data();
+  unpackBits(packed, n, 4, nibbles);
+  auto* codes = reinterpret_cast<int8_t*>(nibbles);
+  for (size_t i = 0; i < n; ++i) codes[i] = static_cast<int8_t>(nibbles[i] >= 8 ? nibbles[i] - 16 : nibbles[i]);
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block)
+    decodeInt8Block(codes + b0, std::min(blockSize, n - b0), scales[block], out + b0, accumulate);
 }
 
 float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes) {

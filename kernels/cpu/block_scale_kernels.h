@@ -26,6 +26,9 @@ void decodeFp8Block(const uint8_t* codes, size_t n, scalar::Fp8Format fmt, float
 size_t firstNonFiniteFp8(const uint8_t* codes, size_t n, scalar::Fp8Format fmt);
 // Index of the first int8 code -128 (outside the symmetric range), or n.
 size_t firstInt8Minimum(const int8_t* codes, size_t n);
+// Index of the first int4 nibble 0x8 (-8, outside the symmetric range) among n nibbles packed two a byte
+// (LSB-first), or n.
+size_t firstInt4Minimum(const uint8_t* packed, size_t n);
 
 // Consecutive blocks of x (the last may be short): codes, one scale per block in scales[], and with
 // residual != nullptr also residual[i] = x[i] - decoded[i]. The tile-level entry point of the codec.
@@ -43,6 +46,9 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
 // element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock.
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                       uint8_t* packed);
+// Its decoder: out (=|+=) code x fl(1 / scales[b]) (decodeInt8Block's arithmetic) from the packed nibbles.
+void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,
+                      bool accumulate);
 
 // u[i] = scalar::roundingUniform(stream, first + i): the stochastic-rounding uniforms (first may be any index).
 void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u);

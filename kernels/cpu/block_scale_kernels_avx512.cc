@@ -130,5 +130,33 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
   }
 }
 
+GRADCOMP_AVX512 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales,
+                                      float* out, bool accumulate) {
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = blockSize < n - b0 ? blockSize : n - b0;
+    const __m512 inv = _mm512_set1_ps(1.0f / scales[block]);  // decodeInt8Block's factor
+    for (size_t i = b0; i < b0 + len; i += 16) {
+      const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
+      const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
+      // Byte j to 64-bit lane j, its high nibble moved to bit 32: element 2j low, 2j + 1 high; each
+      // nibble sign-extended from bit 3 by a shift up to bit 31 and an arithmetic shift back.
+      const __m128i raw = m == 16 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + i / 2))
+                                  : _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u),
+                                                         packed + i / 2);
+      const __m512i q = _mm512_cvtepu8_epi64(raw);
+      const __m512i nibbles = _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(0xf)),
+                                              _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xf0)), 28));
+      const __m512i codes = _mm512_srai_epi32(_mm512_slli_epi32(nibbles, 28), 28);
+      __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(codes), inv);
+      if (accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      if (m == 16) {
+        _mm512_storeu_ps(out + i, y);
+      } else {
+        _mm512_mask_storeu_ps(out + i, valid, y);
+      }
+    }
+  }
+}
+
 }  // namespace gradcomp::cpu::avx512
 #endif

@@ -28,6 +28,9 @@ size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, c
 // scale and nibbles in registers, the nibbles paired within 64-bit lanes and narrowed by vpmovqb.
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                       uint8_t* packed);
+// decodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16.
+void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,
+                      bool accumulate);
 
 }  // namespace gradcomp::cpu::avx512
 #endif

@@ -191,6 +191,45 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
   });
 }
 
+namespace {
+
+// The packed decoders off the AVX-512 path: the codes unpacked into a per-thread buffer, then per block.
+template <typename DecodeBlock>
+void unpackThenDecode(const uint8_t* packed, size_t n, size_t blockSize, int bits, DecodeBlock&& decodeBlock) {
+  thread_local std::vector<uint8_t> codes;
+  if (codes.size() < n) codes.resize(n);
+  const uint8_t* c = packed;
+  if (bits != 8) {
+    unpackBits(packed, n, bits, codes.data());
+    c = codes.data();
+  }
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) decodeBlock(c + b0, std::min(blockSize, n - b0), block, b0);
+}
+
+}  // namespace
+
+void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, ElementFormat fmt,
+                          const uint8_t* scaleCodes, float* out, bool accumulate) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::decodeMxBlocksPacked(packed, n, blockSize, fmt, scaleCodes, out, accumulate);
+#endif
+  unpackThenDecode(packed, n, blockSize, elementSpec(fmt).bits, [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
+    decodeMxBlock(c, len, fmt, scaleCodes[block], out + b0, accumulate);
+  });
+}
+
+void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, const uint8_t* scaleCodes, float t,
+                             float* out, bool accumulate) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::decodeNvfp4BlocksPacked(packed, n, blockSize, scaleCodes, t, out, accumulate);
+#endif
+  unpackThenDecode(packed, n, blockSize, 4, [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
+    decodeNvfp4Block(c, len, scaleCodes[block], t, out + b0, accumulate);
+  });
+}
+
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate) {
   decodeScaled(codes, n, tableOf(ElementFormat::E2M1).value, nvfp4BlockFactor(scaleCode, t), out, accumulate);
 }

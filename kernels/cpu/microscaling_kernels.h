@@ -35,6 +35,15 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
                                  uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
+// The decoders' entry points on packed codes (as encodeMxBlocksPacked / encodeNvfp4BlocksPacked wrote
+// them, n elements from a byte) and one scale code per block: out (=|+=) element x the block's factor,
+// for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else unpacked
+// and decoded block by block; the same values either way.
+void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
+                          const uint8_t* scaleCodes, float* out, bool accumulate);
+void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, const uint8_t* scaleCodes, float t,
+                             float* out, bool accumulate);
+
 // max |x| (exact: an integer max of the magnitude bits); >= Inf when x holds Inf or NaN.
 float absMax(const float* x, size_t n);
 // max |g + e| with the sum rounded as fp32 (the fused error-feedback input), without storing it.

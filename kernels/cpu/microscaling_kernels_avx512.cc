@@ -162,7 +162,95 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
   return saturated;
 }
 
+// ---------------------------------------------------------------- decode
+
+// 16 codes of `bits` bits from LSB-first packed bytes (the first m of them; bytes past them are not read),
+// one per 32-bit lane: the inverse of packCodes.
+GRADCOMP_AVX512 inline __m512i unpackCodes(const uint8_t* in, int bits, size_t m) {
+  const size_t bytes = (m * static_cast<size_t>(bits) + 7) / 8;
+  const __m128i raw = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << bytes) - 1u), in);
+  if (bits == 8) return _mm512_cvtepu8_epi32(raw);
+  if (bits == 4) {
+    // Byte j to 64-bit lane j: its low nibble is element 2j, its high nibble (moved to bit 32) 2j + 1.
+    const __m512i q = _mm512_cvtepu8_epi64(raw);
+    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(0xf)),
+                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xf0)), 28));
+  }
+  // 6 bits: each 3 bytes (24 bits, 4 codes) into a 32-bit lane, that lane to 4 lanes, each shifted to
+  // its code.
+  const __m128i p24 = _mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
+  const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i spread = _mm512_permutexvar_epi32(lanes, _mm512_castsi128_si512(p24));
+  const __m512i shifts = _mm512_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18);
+  return _mm512_and_si512(_mm512_srlv_epi32(spread, shifts), _mm512_set1_epi32(63));
+}
+
+// elementToFloat on 16 lanes for the finite codes (the validators reject the others before any decode):
+// sign | exponent rebiased | mantissa shifted up, or mantissa x the subnormal step for exponent 0.
+struct ValueLanes {
+  __m512i signBit, expMask, mantMask, rebias;
+  __m512 step;
+  int signShift, mantBits;
+};
+
+GRADCOMP_AVX512 ValueLanes valueLanesFor(const ElementSpec& s) {
+  ValueLanes v;
+  v.signBit = _mm512_set1_epi32(1 << (s.bits - 1));
+  v.expMask = _mm512_set1_epi32((1 << (s.bits - 1 - s.mantBits)) - 1);
+  v.mantMask = _mm512_set1_epi32((1 << s.mantBits) - 1);
+  v.rebias = _mm512_set1_epi32((127 - s.bias) << 23);
+  v.step = _mm512_set1_ps(s.subnormalStep);
+  v.signShift = 32 - s.bits;
+  v.mantBits = s.mantBits;
+  return v;
+}
+
+GRADCOMP_AVX512 inline __m512 elementValues(__m512i c, const ValueLanes& v) {
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, v.signBit), static_cast<unsigned>(v.signShift));
+  const __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, static_cast<unsigned>(v.mantBits)), v.expMask);
+  const __m512i mant = _mm512_and_si512(c, v.mantMask);
+  const __m512i normal = _mm512_or_si512(_mm512_add_epi32(_mm512_slli_epi32(e, 23), v.rebias),
+                                         _mm512_slli_epi32(mant, static_cast<unsigned>(23 - v.mantBits)));
+  const __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(mant), v.step));
+  const __mmask16 subnormal = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_mask_mov_epi32(normal, subnormal, sub), sign));
+}
+
+// out (=|+=) value(code) x factorOf(block) over the blocks: one product per element, as decodeScaled.
+template <typename FactorOf>
+GRADCOMP_AVX512 void decodeBlocks(const uint8_t* packed, size_t n, size_t blockSize, int bits, const ValueLanes& v,
+                                  float* out, bool accumulate, FactorOf&& factorOf) {
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = blockSize < n - b0 ? blockSize : n - b0;
+    const __m512 f = _mm512_set1_ps(factorOf(block));
+    for (size_t i = b0; i < b0 + len; i += 16) {
+      const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
+      const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
+      __m512 y = _mm512_mul_ps(elementValues(unpackCodes(packed + i * static_cast<size_t>(bits) / 8, bits, m), v), f);
+      if (accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      if (m == 16) {
+        _mm512_storeu_ps(out + i, y);
+      } else {
+        _mm512_mask_storeu_ps(out + i, valid, y);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+GRADCOMP_AVX512 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, ElementFormat fmt,
+                                          const uint8_t* scaleCodes, float* out, bool accumulate) {
+  const ElementSpec s = elementSpec(fmt);
+  decodeBlocks(packed, n, blockSize, s.bits, valueLanesFor(s), out, accumulate,
+               [&](size_t block) { return e8m0ToFloat(scaleCodes[block]); });
+}
+
+GRADCOMP_AVX512 void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize,
+                                             const uint8_t* scaleCodes, float t, float* out, bool accumulate) {
+  decodeBlocks(packed, n, blockSize, 4, valueLanesFor(elementSpec(ElementFormat::E2M1)), out, accumulate,
+               [&](size_t block) { return nvfp4BlockFactor(scaleCodes[block], t); });
+}
 
 GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt,
                                               uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad) {

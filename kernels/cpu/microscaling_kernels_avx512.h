@@ -19,6 +19,11 @@ uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar
                               uint8_t* scaleCodes, uint64_t* firstBad);
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                  uint8_t* scaleCodes, uint64_t* firstBad);
+// decodeMxBlocksPacked / decodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 16 == 0.
+void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
+                          const uint8_t* scaleCodes, float* out, bool accumulate);
+void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, const uint8_t* scaleCodes, float t,
+                             float* out, bool accumulate);
 
 }  // namespace gradcomp::cpu::avx512
 #endif

@@ -1,10 +1,11 @@
-// The packed block encoders (MX, NVFP4, int4) on every vector path this CPU runs (kernels/cpu/cpu_path.h)
-// against the scalar reference, bit for bit: packed codes, scale codes / scales, saturation counts and
-// the first NaN/Inf, at every length 0..100 (every tail of the 16-lane loops and of a block) and a long
+// The packed block encoders (MX, NVFP4, int4) and decoders on every vector path this CPU runs (kernels/cpu/cpu_path.h)
+// against the scalar reference, bit for bit: packed codes, scale codes / scales, saturation counts, the
+// first NaN/Inf and the decoded values (overwrite and accumulate), at every length 0..100 (every tail of the 16-lane loops and of a block) and a long
 // one, for the standard block sizes and one that is not a multiple of 16, with values that saturate,
 // land in every format's subnormals, and are non-finite.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -38,28 +39,54 @@ std::vector<float> inputs(size_t n, uint64_t seed, bool nonFinite) {
 struct Packed {
   std::vector<uint8_t> codes, scaleCodes;
   std::vector<float> scales;
+  std::vector<uint32_t> decoded, accumulated;  // bits of the packed decoders' output
   uint64_t saturated = 0, firstBad = ~uint64_t{0};
   bool operator==(const Packed&) const = default;
 };
 
 // kind: 0..4 the MX element formats, 5 nvfp4, 6 int4 nearest, 7 int4 stochastic.
-Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize) {
+Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize, const Packed* scalarCodes = nullptr) {
   setCpuPath(path);
   const size_t n = x.size(), blocks = (n + blockSize - 1) / blockSize;
   Packed p;
   p.codes.assign(n + 16, 0xee);  // bytes past the codes must stay as they were
   p.scaleCodes.assign(blocks, 0);
   p.scales.assign(blocks, 0.0f);
-  if (kind < 5) {
-    p.saturated = encodeMxBlocksPacked(x.data(), n, blockSize, static_cast<ElementFormat>(kind), p.codes.data(),
-                                       p.scaleCodes.data(), &p.firstBad);
-  } else if (kind == 5) {
-    p.saturated = encodeNvfp4BlocksPacked(x.data(), n, blockSize, 0.0125f, p.codes.data(), p.scaleCodes.data(),
-                                          &p.firstBad);
+  if (kind <= 5) {
+    const auto fmt = static_cast<ElementFormat>(kind);
+    p.saturated = kind < 5 ? encodeMxBlocksPacked(x.data(), n, blockSize, fmt, p.codes.data(), p.scaleCodes.data(),
+                                                  &p.firstBad)
+                           : encodeNvfp4BlocksPacked(x.data(), n, blockSize, 0.0125f, p.codes.data(),
+                                                     p.scaleCodes.data(), &p.firstBad);
+    if (p.firstBad != ~uint64_t{0}) return p;
+    // Decode what the scalar path wrote (the same bytes, checked above), so a decoder is compared on
+    // identical input; the outputs start one float into their buffers, so the stores are unaligned, and the
+    // float before them shows a write out of range.
+    const Packed* reference = scalarCodes;
+    std::vector<float> y(n + 1, -1.0f), acc(n + 1, 0.25f);
+    const uint8_t* codes = reference ? reference->codes.data() : p.codes.data();
+    const uint8_t* scales = reference ? reference->scaleCodes.data() : p.scaleCodes.data();
+    for (const bool accumulate : {false, true}) {
+      float* out = (accumulate ? acc.data() : y.data()) + 1;
+      if (kind < 5) decodeMxBlocksPacked(codes, n, blockSize, fmt, scales, out, accumulate);
+      else decodeNvfp4BlocksPacked(codes, n, blockSize, scales, 0.0125f, out, accumulate);
+    }
+    for (size_t i = 0; i <= n; ++i) {
+      p.decoded.push_back(std::bit_cast<uint32_t>(y[i]));
+      p.accumulated.push_back(std::bit_cast<uint32_t>(acc[i]));
+    }
   } else {
     std::vector<float> u(n);
     fillUniforms(scalar::RngStream::make(9, 0, 1, 2), 0, n, u.data());
     encodeInt4Blocks(x.data(), n, blockSize, kind == 7 ? u.data() : nullptr, p.scales.data(), p.codes.data());
+    const Packed& source = scalarCodes ? *scalarCodes : p;
+    std::vector<float> y(n + 1, -1.0f), acc(n + 1, 0.25f);
+    decodeInt4Blocks(source.codes.data(), n, blockSize, source.scales.data(), y.data() + 1, false);
+    decodeInt4Blocks(source.codes.data(), n, blockSize, source.scales.data(), acc.data() + 1, true);
+    for (size_t i = 0; i <= n; ++i) {
+      p.decoded.push_back(std::bit_cast<uint32_t>(y[i]));
+      p.accumulated.push_back(std::bit_cast<uint32_t>(acc[i]));
+    }
   }
   return p;
 }
@@ -90,7 +117,7 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
                                             << " nonFinite " << nonFinite);
           const auto x = inputs(n, n * 31 + kind, nonFinite);
           const Packed want = run(CpuPath::Scalar, kind, x, blockSize);
-          const Packed got = run(GetParam(), kind, x, blockSize);
+          const Packed got = run(GetParam(), kind, x, blockSize, &want);
           ASSERT_EQ(got.firstBad, want.firstBad);
           if (nonFinite) {
             ASSERT_NE(got.firstBad, ~uint64_t{0});  // found; the codes are then unspecified
@@ -99,13 +126,15 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
             ASSERT_EQ(got.scaleCodes, want.scaleCodes);
             ASSERT_EQ(got.scales, want.scales);
             ASSERT_EQ(got.saturated, want.saturated);
+            ASSERT_EQ(got.decoded, want.decoded);
+            ASSERT_EQ(got.accumulated, want.accumulated);
             saturatedCases += want.saturated > 0;
           }
           ++compared;
         }
   }
   EXPECT_GT(saturatedCases, 100u);  // the inputs do reach the saturating edge
-  std::printf("block kernels (mx, nvfp4, int4 packed): %zu cases on the %s path equal the scalar reference\n",
+  std::printf("block kernels (mx, nvfp4, int4: packed encode and decode): %zu cases on the %s path equal the scalar reference\n",
               compared, cpuPathName(GetParam()));
 }
 
