@@ -49,6 +49,14 @@ def _blocks(x, b):
     return x.view(-1, b)
 
 
+def _block_amax(B, block):
+    """The block views of x and of the scratch B.f32, and B.scale[block] holding each block's max |x|."""
+    xb, tmp, s = _blocks(B.x, block), _blocks(B.f32, block), B.scale[block]
+    torch.abs(xb, out=tmp)
+    torch.amax(tmp, 1, keepdim=True, out=s)
+    return xb, tmp, s
+
+
 class Buffers:
     """Preallocated outputs for torch eager, sized for n values."""
 
@@ -72,6 +80,9 @@ class Buffers:
         self.scale_codes = torch.empty(n // 32, 1, dtype=torch.uint8)
         self.crumbs = torch.empty(n // 4, dtype=torch.uint8)
         self.i64 = torch.empty(n, dtype=torch.int64)
+        self.vals_t = torch.empty(0)   # the threshold codec's values (their count is the data's)
+        # Set by prepare_inputs: each decode row's own encoded input, kept apart from the encoders' buffers.
+        self.f8mx = self.s_mx8 = self.nib_mx4 = self.s_mx4 = self.nib_nv = self.s_nv = self.threshold = None
         k = max(1, n // 100)
         self.topv = torch.empty(k)
         self.topi = torch.empty(k, dtype=torch.int64)
@@ -98,9 +109,7 @@ def eager_block_encode(kind, block):
     limit = 448.0 if kind == "fp8" else 127.0
 
     def run(B):
-        xb, tmp, s = _blocks(B.x, block), _blocks(B.f32, block), B.scale[block]
-        torch.abs(xb, out=tmp)
-        torch.amax(tmp, 1, keepdim=True, out=s)
+        xb, tmp, s = _block_amax(B, block)
         s.div_(limit)
         torch.div(xb, s, out=tmp)
         if kind == "fp8":
@@ -125,9 +134,7 @@ def eager_block_decode(kind, block, accumulate):
 
 
 def eager_int8_stochastic(B):
-    xb, tmp, s = _blocks(B.x, 256), _blocks(B.f32, 256), B.scale[256]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 256)
     s.div_(127.0)
     torch.div(xb, s, out=tmp)
     B.acc.uniform_()        # the dither (acc is scratch here)
@@ -191,9 +198,7 @@ def _pack_pairs(codes_u8, out):
 
 def eager_mxfp8_encode(B):
     # OCP MX: per 32 values X = 2^(floor(log2 amax) - 8) as an E8M0 code, elements E4M3(x / X) saturated.
-    xb, tmp, s = _blocks(B.x, 32), _blocks(B.f32, 32), B.scale[32]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 32)
     torch.frexp(s, out=(B.scale[32], B.exponent))
     B.exponent.sub_(9)                       # frexp's exponent is floor(log2) + 1; emax(E4M3) = 8
     torch.ldexp(torch.ones_like(s), B.exponent, out=s)
@@ -216,9 +221,7 @@ def _e2m1_codes(B):
 
 
 def eager_mxfp4_encode(B):
-    xb, tmp, s = _blocks(B.x, 32), _blocks(B.f32, 32), B.scale[32]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 32)
     torch.frexp(s, out=(B.scale[32], B.exponent))
     B.exponent.sub_(3)                       # emax(E2M1) = 2
     torch.ldexp(torch.ones_like(s), B.exponent, out=s)
@@ -228,9 +231,7 @@ def eager_mxfp4_encode(B):
 
 def eager_nvfp4_encode(B):
     # NVFP4: t = amax / (6 x 448); per 16 values an E4M3 scale of amax_block / (6 t); elements E2M1(x / f).
-    xb, tmp, s = _blocks(B.x, 16), _blocks(B.f32, 16), B.scale[16]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 16)
     t = float(s.max()) / 2688.0
     s.div_(6.0 * t).clamp_(max=448.0)
     s.copy_(s.to(torch.float8_e4m3fn)).mul_(t)
@@ -239,9 +240,7 @@ def eager_nvfp4_encode(B):
 
 
 def eager_int4_encode(B):
-    xb, tmp, s = _blocks(B.x, 64), _blocks(B.f32, 64), B.scale[64]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 64)
     s.div_(7.0)
     torch.div(xb, s, out=tmp)
     tmp.round_().clamp_(-7.0, 7.0)
@@ -266,9 +265,7 @@ def eager_int4_decode(accumulate):
 
 def eager_terngrad_encode(B):
     # TernGrad: per 512 values m = max |x|; code 1 (+m) or 2 (-m) with probability |x| / m, else 0; 4 a byte.
-    xb, tmp, s = _blocks(B.x, 512), _blocks(B.f32, 512), B.scale[512]
-    torch.abs(xb, out=tmp)
-    torch.amax(tmp, 1, keepdim=True, out=s)
+    xb, tmp, s = _block_amax(B, 512)
     tmp.div_(s)
     B.acc.uniform_()
     torch.lt(B.acc, B.f32, out=B.bool)       # nonzero with probability |x| / m
@@ -278,6 +275,44 @@ def eager_terngrad_encode(B):
     q = B.u8.view(-1, 4)
     torch.bitwise_or(q[:, 0], q[:, 1].bitwise_left_shift(2), out=B.crumbs)
     B.crumbs.bitwise_or_(q[:, 2].bitwise_left_shift(4)).bitwise_or_(q[:, 3].bitwise_left_shift(6))
+
+
+# E2M1's 16 codes (sign in bit 3) as values: the fp4 decoders' table.
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def eager_fp4_decode(packed_name, scale_name, block, accumulate):
+    def run(B):
+        packed, s = getattr(B, packed_name), getattr(B, scale_name)
+        pairs = B.u8.view(-1, 2)
+        torch.bitwise_and(packed, 0xf, out=pairs[:, 0])
+        torch.bitwise_right_shift(packed, 4, out=pairs[:, 1])
+        B.i64.copy_(B.u8)
+        torch.index_select(E2M1_VALUES, 0, B.i64, out=B.f32)
+        if accumulate:
+            _blocks(B.acc, block).addcmul_(_blocks(B.f32, block), s)
+        else:
+            _blocks(B.f32, block).mul_(s)
+    return run
+
+
+def eager_mxfp8_decode(accumulate):
+    def run(B):
+        B.f32.copy_(B.f8mx)
+        if accumulate:
+            _blocks(B.acc, 32).addcmul_(_blocks(B.f32, 32), B.s_mx8)
+        else:
+            _blocks(B.f32, 32).mul_(B.s_mx8)
+    return run
+
+
+def eager_threshold(B):
+    # Every |x| at or above a given threshold (gradcomp estimates its own from a sample first), with
+    # its index: a mask, the indices, the values.
+    torch.abs(B.x, out=B.f32)
+    torch.ge(B.f32, B.threshold, out=B.bool)
+    idx = B.bool.nonzero().squeeze(1)
+    torch.index_select(B.x, 0, idx, out=B.vals_t)
 
 
 # torch.compile forms: pure functions (inductor allocates its outputs).
@@ -384,6 +419,19 @@ def c_terngrad_encode(x):
     return code[:, 0] | (code[:, 1] << 2) | (code[:, 2] << 4) | (code[:, 3] << 6), m
 
 
+def c_fp4_decode(block, accumulate):
+    def f(packed, s, acc):
+        codes = torch.stack((packed & 0xf, packed >> 4), 1).view(-1).to(torch.int64)
+        y = (E2M1_VALUES[codes].view(-1, block) * s).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_threshold(x, t):
+    idx = (x.abs() >= t).nonzero().squeeze(1)
+    return x[idx], idx
+
+
 # --- rows ------------------------------------------------------------------------------------------------
 
 class Row:
@@ -427,13 +475,25 @@ def rows() -> list[Row]:
                 ("nibbles", "s64", "acc")),
             Row("int4 block-64 decode-accumulate", "int4", "accumulate", eager_int4_decode(True), c_int4_decode(True),
                 ("nibbles", "s64", "acc")),
-            Row("terngrad encode", "terngrad", "encode", eager_terngrad_encode, c_terngrad_encode, ("x",))]
+            Row("terngrad encode", "terngrad", "encode", eager_terngrad_encode, c_terngrad_encode, ("x",)),
+            Row("mxfp8 e4m3 decode", "mxfp8", "decode", eager_mxfp8_decode(False), c_block_decode(32, False),
+                ("f8mx", "smx8", "acc")),
+            Row("mxfp8 e4m3 decode-accumulate", "mxfp8", "accumulate", eager_mxfp8_decode(True),
+                c_block_decode(32, True), ("f8mx", "smx8", "acc")),
+            Row("mxfp4 decode", "mxfp4", "decode", eager_fp4_decode("nib_mx4", "s_mx4", 32, False),
+                c_fp4_decode(32, False), ("nibmx4", "smx4", "acc")),
+            Row("mxfp4 decode-accumulate", "mxfp4", "accumulate", eager_fp4_decode("nib_mx4", "s_mx4", 32, True),
+                c_fp4_decode(32, True), ("nibmx4", "smx4", "acc")),
+            Row("nvfp4 decode-accumulate", "nvfp4", "accumulate", eager_fp4_decode("nib_nv", "s_nv", 16, True),
+                c_fp4_decode(16, True), ("nibnv", "snv", "acc")),
+            Row("threshold 1 % encode", "threshold:ratio=0.01", "encode", eager_threshold, c_threshold, ("x", "thr"))]
     return out
 
 
 def _compiled_args(B: Buffers, names) -> tuple:
     table = {"x": B.x, "acc": B.acc, "fp16": B.h16, "bf16": B.b16, "fp8": B.f8, "int8": B.i8,
-             "packed": B.packed, "nibbles": B.nibbles, "s64": B.scale[64], "s128": B.scale[128], "s256": B.scale[256],
+             "packed": B.packed, "nibbles": B.nibbles, "s64": B.scale[64], "f8mx": B.f8mx, "smx8": B.s_mx8,
+             "nibmx4": B.nib_mx4, "smx4": B.s_mx4, "nibnv": B.nib_nv, "snv": B.s_nv, "thr": B.threshold, "s128": B.scale[128], "s256": B.scale[256],
              "s1024": B.scale[1024]}
     return tuple(table[n] for n in names)
 
@@ -458,7 +518,16 @@ def prepare_inputs(B: Buffers):
     for kind, block in (("fp8", 128), ("int8", 256)):
         eager_block_encode(kind, block)(B)
     eager_sign_encode(B)
+    eager_mxfp8_encode(B)
+    B.f8mx, B.s_mx8 = B.f8.clone(), B.scale[32].clone()
+    eager_mxfp4_encode(B)
+    B.nib_mx4, B.s_mx4 = B.nibbles.clone(), B.scale[32].clone()
+    eager_nvfp4_encode(B)
+    B.nib_nv, B.s_nv = B.nibbles.clone(), B.scale[16].clone()
+    eager_block_encode("fp8", 128)(B)   # the fp8 decode rows' input again (mxfp8 reused B.f8)
     eager_int4_encode(B)
+    n, k = B.x.numel(), max(1, B.x.numel() // 100)
+    B.threshold = torch.kthvalue(B.x.abs(), n - k + 1).values   # the top 1 %'s smallest magnitude
 
 
 def timed(fn) -> float:

@@ -131,6 +131,18 @@ RotationSection readRotationSection(const std::byte* payload, const char* codec)
   return r;
 }
 
+// The header, the rotation section and the zeroed padding of a rotated wire (innerSections: the codec's
+// own sections); returns where the codec's own payload starts.
+std::byte* startRotatedWire(const WireHeader& h, const BlockCodec::Sections& innerSections,
+                            const RotationSection& section, std::span<std::byte> wire) {
+  writeHeader(h, wire);
+  std::byte* payload = wire.data() + kWireHeaderBytes;
+  writeRotationSection(section, payload);
+  std::byte* codecPayload = payload + kRotationSectionBytes;
+  zeroPadding(innerSections, codecPayload);
+  return codecPayload;
+}
+
 // Per-thread scratch of the rotated codecs (slot 0: the rotated values, 1: the rotated residual), at
 // least n floats, reused across calls.
 std::vector<float>& rotationScratch(int slot, uint64_t n) {
@@ -508,13 +520,8 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
   // a NaN/Inf or a value past 2^100; returns whether it finished.
   auto encodeChunks = [&](int k, bool optimistic, uint64_t& saturatedTotal) {
     const RotationSection section{{ctx.seed, ctx.step, ctx.tensorId}, k};
-    const WireHeader h = headerFor(n, formatParam());
-    writeHeader(h, wire);
-    std::byte* payload = wire.data() + kWireHeaderBytes;
-    writeRotationSection(section, payload);
-    std::byte* codecPayload = payload + kRotationSectionBytes;
-    const WireHeader inner = innerHeader(h);
-    zeroPadding(sections(inner), codecPayload);
+    const WireHeader h = headerFor(n, formatParam()), inner = innerHeader(h);
+    std::byte* codecPayload = startRotatedWire(h, sections(inner), section, wire);
     std::vector<uint64_t> saturated(std::max(1, exec.cpuThreads), 0);
     std::atomic<bool> abandoned{false};
     forTileRanges(ceilDiv(n, chunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t thread) {
@@ -590,12 +597,8 @@ EncodeResult BlockCodec::encodeRotatedWhole(std::span<const float> grad, std::sp
   cpu::rotateForward(y.data(), y.data(), n, rb, section.key, powerOfTwo(-k));
 
   const WireHeader h = headerFor(n, paramFor(y.data(), nullptr, n, exec));
-  writeHeader(h, wire);
-  std::byte* payload = wire.data() + kWireHeaderBytes;
-  writeRotationSection(section, payload);
-  std::byte* codecPayload = payload + kRotationSectionBytes;
   const WireHeader inner = innerHeader(h);
-  zeroPadding(sections(inner), codecPayload);
+  std::byte* codecPayload = startRotatedWire(h, sections(inner), section, wire);
   const bool withResidual = !residualIn.empty();
   std::vector<float>& rotatedResidual = rotationScratch(1, withResidual ? n : 0);
   const uint64_t tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);

@@ -377,6 +377,32 @@ TEST(Fp16Codec, LargeTensorsStreamTheSameBytes) {
   }
 }
 
+TEST(LargeOverwriteDecode, StreamedStoresGiveTheAccumulatedValuesAlignedOrNot) {
+  // From 2^22 elements fp16 and bf16 overwrite `out` with non-temporal stores (after a head up to the
+  // first 64-byte boundary): the values must be those of adding the decode into zeros, at any alignment
+  // and thread count, as for the codecs that never stream (int8, int4).
+  const size_t n = (size_t{1} << 22) + 40;
+  const auto x = normalVector(n, 43, 3.0f);
+  ExecContext two;
+  two.cpuThreads = 2;
+  for (const char* spec : {"fp16", "bf16", "int8", "int4"}) {
+    const auto codec = makeCompressor(spec);
+    const auto wire = encodeToVector(*codec, x);
+    std::vector<float> reference(n, 0.0f);
+    codec->decode(wire, reference, DecodeMode::Accumulate);
+    std::vector<float> buffer(n + 32, -1.0f);  // 15 floats to the boundary, 8 of offset
+    for (const size_t offset : {size_t{0}, size_t{1}, size_t{8}})
+      for (const ExecContext& exec : {ExecContext{}, two}) {
+        float* base = buffer.data();
+        while (reinterpret_cast<uintptr_t>(base) % 64) ++base;  // 64-byte aligned, then offset by floats
+        std::span<float> out(base + offset, n);
+        codec->decode(wire, out, DecodeMode::Overwrite, exec);
+        ASSERT_TRUE(std::memcmp(out.data(), reference.data(), n * sizeof(float)) == 0)
+            << spec << " offset " << offset << " threads " << exec.cpuThreads;
+      }
+  }
+}
+
 TEST(SignCodec, ZerosSplitEvenlyBetweenSigns) {
   auto c = makeCompressor("sign:block=8");
   std::vector<float> x = {0, 0, 0, 0, 0, 0, 0, 4};  // mean |x| = 0.5

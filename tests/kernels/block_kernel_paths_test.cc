@@ -91,16 +91,7 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
   return p;
 }
 
-class BlockKernelPaths : public ::testing::TestWithParam<CpuPath> {
- protected:
-  void SetUp() override {
-    if (GetParam() > supportedCpuPath())
-      GTEST_SKIP() << "this CPU and build cannot run the " << cpuPathName(GetParam()) << " path";
-    saved_ = activeCpuPath();
-  }
-  void TearDown() override { setCpuPath(saved_); }
-  CpuPath saved_ = CpuPath::Scalar;
-};
+class BlockKernelPaths : public CpuPathTest {};
 
 TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
   std::vector<size_t> lengths;

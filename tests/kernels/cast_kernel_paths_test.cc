@@ -81,16 +81,7 @@ Encoded run(CpuPath path, bool fp16, const std::vector<float>& x, float prescale
   return e;
 }
 
-class CastKernelPaths : public ::testing::TestWithParam<CpuPath> {
- protected:
-  void SetUp() override {
-    if (GetParam() > supportedCpuPath())
-      GTEST_SKIP() << "this CPU and build cannot run the " << cpuPathName(GetParam()) << " path";
-    saved_ = activeCpuPath();
-  }
-  void TearDown() override { setCpuPath(saved_); }
-  CpuPath saved_ = CpuPath::Scalar;
-};
+class CastKernelPaths : public CpuPathTest {};
 
 TEST_P(CastKernelPaths, EveryLengthGivesTheScalarBytes) {
   std::vector<size_t> lengths;
