@@ -68,6 +68,8 @@ class Buffers:
         self.h16 = torch.empty(n, dtype=torch.float16)
         self.b16 = torch.empty(n, dtype=torch.bfloat16)
         self.f8 = torch.empty(n, dtype=torch.float8_e4m3fn)
+        self.f8e5 = torch.empty(n, dtype=torch.float8_e5m2)
+        self.sixes = torch.empty(n // 4 * 3, dtype=torch.uint8)
         self.i8 = torch.empty(n, dtype=torch.int8)
         self.u8 = torch.empty(n, dtype=torch.uint8)
         self.bool = torch.empty(n, dtype=torch.bool)
@@ -83,7 +85,12 @@ class Buffers:
         self.vals_t = torch.empty(0)   # the threshold codec's values (their count is the data's)
         # Set by prepare_inputs: each decode row's own encoded input, kept apart from the encoders' buffers.
         self.f8mx = self.s_mx8 = self.nib_mx4 = self.s_mx4 = self.nib_nv = self.s_nv = self.threshold = None
+        self.six_mx6 = self.s_mx6 = self.nib_qsgd = self.s_qsgd = self.crumbs_tern = self.s_tern = None
+        self.thr_idx = self.thr_vals = self.rk_idx = self.rk_vals = self.ob_pos = self.ob_neg = None
+        self.packed_ob = self.vals_top = self.s128e5 = self.ob_diff = None
+        self.generator = torch.Generator().manual_seed(1)
         k = max(1, n // 100)
+        self.perm = torch.empty(n, dtype=torch.int64)
         self.topv = torch.empty(k)
         self.topi = torch.empty(k, dtype=torch.int64)
         self.vals = torch.empty(k)
@@ -105,15 +112,23 @@ def eager_cast_decode(dtype, accumulate):
     return run
 
 
+# The block-scaled codecs' element limits: fp8 E4M3, fp8 E5M2, int8.
+BLOCK_LIMITS = {"fp8": 448.0, "fp8e5m2": 57344.0, "int8": 127.0}
+
+
+def _block_codes(B, kind):
+    return {"fp8": B.f8, "fp8e5m2": B.f8e5, "int8": B.i8}[kind]
+
+
 def eager_block_encode(kind, block):
-    limit = 448.0 if kind == "fp8" else 127.0
+    limit = BLOCK_LIMITS[kind]
 
     def run(B):
         xb, tmp, s = _block_amax(B, block)
         s.div_(limit)
         torch.div(xb, s, out=tmp)
-        if kind == "fp8":
-            B.f8.copy_(B.f32)
+        if kind != "int8":
+            _block_codes(B, kind).copy_(B.f32)
         else:
             tmp.round_()
             B.i8.copy_(B.f32)
@@ -122,7 +137,7 @@ def eager_block_encode(kind, block):
 
 def eager_block_decode(kind, block, accumulate):
     def run(B):
-        q = B.f8 if kind == "fp8" else B.i8
+        q = _block_codes(B, kind)
         s = B.scale[block]
         if accumulate:
             B.f32.copy_(q)
@@ -162,15 +177,12 @@ def eager_sign_encode(B):
     torch.abs(xb, out=tmp)
     torch.mean(tmp, 1, keepdim=True, out=s)
     torch.lt(B.x, 0, out=B.bool)
-    torch.mul(B.bool.view(-1, 8), B.weights, out=B.u8.view(-1, 8))
-    torch.sum(B.u8.view(-1, 8), 1, dtype=torch.uint8, out=B.packed)
+    _pack_bits(B, B.bool)
 
 
 def eager_sign_decode(accumulate):
     def run(B):
-        torch.bitwise_right_shift(B.packed.unsqueeze(1), B.shifts, out=B.u8.view(-1, 8))
-        B.u8.bitwise_and_(1)
-        B.f32.copy_(B.u8)
+        _unpack_bits(B, B.packed)
         B.f32.mul_(-2.0).add_(1.0)   # bit 1 (negative) -> -1
         if accumulate:
             _blocks(B.acc, 1024).addcmul_(_blocks(B.f32, 1024), B.scale[1024])
@@ -281,19 +293,139 @@ def eager_terngrad_encode(B):
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 
-def eager_fp4_decode(packed_name, scale_name, block, accumulate):
+def _scaled_table_lookup(B, table, block, s, accumulate):
+    """B.u8 holds codes: decode them through `table`, times each block's scale s (into B.f32, or added to
+    B.acc)."""
+    B.i64.copy_(B.u8)
+    torch.index_select(table, 0, B.i64, out=B.f32)
+    if accumulate:
+        _blocks(B.acc, block).addcmul_(_blocks(B.f32, block), s)
+    else:
+        _blocks(B.f32, block).mul_(s)
+
+
+def eager_fp4_decode(packed_name, scale_name, block, accumulate, table=E2M1_VALUES):
+    """Two 4-bit codes a byte (low nibble first) through a 16-entry table: E2M1 (MX / NVFP4) or QSGD's."""
     def run(B):
         packed, s = getattr(B, packed_name), getattr(B, scale_name)
         pairs = B.u8.view(-1, 2)
         torch.bitwise_and(packed, 0xf, out=pairs[:, 0])
         torch.bitwise_right_shift(packed, 4, out=pairs[:, 1])
-        B.i64.copy_(B.u8)
-        torch.index_select(E2M1_VALUES, 0, B.i64, out=B.f32)
-        if accumulate:
-            _blocks(B.acc, block).addcmul_(_blocks(B.f32, block), s)
-        else:
-            _blocks(B.f32, block).mul_(s)
+        _scaled_table_lookup(B, table, block, s, accumulate)
     return run
+
+
+# QSGD 4-bit's 16 codes (level | sign << 3) as multiples of the block norm: +-level / 7.
+QSGD4_VALUES = torch.tensor([l / 7.0 for l in range(8)] + [-l / 7.0 for l in range(8)])
+# TernGrad's 2-bit codes as multiples of the block maximum: 0, +1, -1 (code 3 is invalid on the wire).
+TERNGRAD_VALUES = torch.tensor([0.0, 1.0, -1.0, 0.0])
+
+
+def eager_terngrad_decode(accumulate):
+    def run(B):
+        q = B.u8.view(-1, 4)
+        for j in range(4):
+            torch.bitwise_right_shift(B.crumbs_tern, 2 * j, out=q[:, j])
+        B.u8.bitwise_and_(3)
+        _scaled_table_lookup(B, TERNGRAD_VALUES, 512, B.s_tern, accumulate)
+    return run
+
+
+# E2M3 (MXFP6's default element): its 32 magnitudes in code order (subnormals m/8, then 2^(e-1) (1 + m/8)),
+# the midpoints between them (a magnitude's code is the number of midpoints below it; ties go to the
+# lower code where RNE would take the even one, the same work either way) and the 64 signed values.
+E2M3_MAGNITUDES = [m / 8.0 for m in range(8)] + [2.0 ** (e - 1) * (1 + m / 8.0) for e in (1, 2, 3) for m in range(8)]
+E2M3_MIDPOINTS = torch.tensor([(a + b) / 2 for a, b in zip(E2M3_MAGNITUDES, E2M3_MAGNITUDES[1:])])
+E2M3_VALUES = torch.tensor(E2M3_MAGNITUDES + [-v for v in E2M3_MAGNITUDES])
+
+
+def eager_mxfp6_encode(B):
+    # OCP MX with E2M3 elements (emax 2): codes sign << 5 | magnitude code, four 6-bit codes in 3 bytes.
+    xb, tmp, s = _block_amax(B, 32)
+    torch.frexp(s, out=(B.scale[32], B.exponent))
+    B.exponent.sub_(3)
+    torch.ldexp(torch.ones_like(s), B.exponent, out=s)
+    torch.div(xb, s, out=tmp)
+    torch.lt(B.f32, 0, out=B.bool)
+    B.f32.abs_()
+    torch.bucketize(B.f32, E2M3_MIDPOINTS, out=B.i64)
+    B.u8.copy_(B.i64)
+    B.u8.bitwise_or_(B.bool.to(torch.uint8).bitwise_left_shift_(5))
+    q, out = B.u8.view(-1, 4), B.sixes.view(-1, 3)
+    torch.bitwise_or(q[:, 0], q[:, 1].bitwise_left_shift(6), out=out[:, 0])
+    torch.bitwise_or(q[:, 1].bitwise_right_shift(2), q[:, 2].bitwise_left_shift(4), out=out[:, 1])
+    torch.bitwise_or(q[:, 2].bitwise_right_shift(4), q[:, 3].bitwise_left_shift(2), out=out[:, 2])
+
+
+def eager_mxfp6_decode(accumulate):
+    def run(B):
+        six, q = B.six_mx6.view(-1, 3), B.u8.view(-1, 4)
+        torch.bitwise_and(six[:, 0], 63, out=q[:, 0])
+        torch.bitwise_or(six[:, 0].bitwise_right_shift(6), six[:, 1].bitwise_and(15).bitwise_left_shift(2),
+                         out=q[:, 1])
+        torch.bitwise_or(six[:, 1].bitwise_right_shift(4), six[:, 2].bitwise_and(3).bitwise_left_shift(4),
+                         out=q[:, 2])
+        torch.bitwise_right_shift(six[:, 2], 2, out=q[:, 3])
+        _scaled_table_lookup(B, E2M3_VALUES, 32, B.s_mx6, accumulate)
+    return run
+
+
+def _pack_bits(B, flags_bool):
+    """Eight flags a byte, LSB first, into B.packed."""
+    torch.mul(flags_bool.view(-1, 8), B.weights, out=B.u8.view(-1, 8))
+    torch.sum(B.u8.view(-1, 8), 1, dtype=torch.uint8, out=B.packed)
+
+
+def _unpack_bits(B, packed):
+    """B.packed's bits, LSB first, as 0 / 1 in B.f32."""
+    torch.bitwise_right_shift(packed.unsqueeze(1), B.shifts, out=B.u8.view(-1, 8))
+    B.u8.bitwise_and_(1)
+    B.f32.copy_(B.u8)
+
+
+def eager_onebit_encode(B):
+    # 1-bit SGD: per 1024 values, the mean of the non-negative and the mean of the negative ones; bit x >= 0.
+    xb, s_pos = _blocks(B.x, 1024), B.scale[1024]
+    torch.ge(B.x, 0, out=B.bool)
+    torch.clamp(B.x, min=0, out=B.f32)
+    torch.sum(_blocks(B.f32, 1024), 1, keepdim=True, out=s_pos)
+    s_neg = xb.sum(1, keepdim=True).sub_(s_pos)
+    count = B.bool.view(-1, 1024).sum(1, keepdim=True)
+    s_pos.div_(count.clamp(min=1))
+    s_neg.div_((1024 - count).clamp_(min=1))
+    _pack_bits(B, B.bool)
+    B.ob_pos_out, B.ob_neg_out = s_pos, s_neg
+
+
+def eager_onebit_decode(accumulate):
+    def run(B):
+        _unpack_bits(B, B.packed_ob)       # 1: the non-negative group
+        f = _blocks(B.f32, 1024)
+        f.mul_(B.ob_diff).add_(B.ob_neg)   # neg + bit * (pos - neg)
+        if accumulate:
+            B.acc.add_(B.f32)
+    return run
+
+
+def eager_sparse_decode(index_name, values_name, accumulate):
+    """An index-value payload (top-k, threshold, random-k) scattered into the output (zeroed first) or
+    added to the accumulator."""
+    def run(B):
+        idx, vals = getattr(B, index_name), getattr(B, values_name)
+        if accumulate:
+            B.acc.index_add_(0, idx, vals)
+        else:
+            B.f32.zero_()
+            B.f32.index_copy_(0, idx, vals)
+    return run
+
+
+def eager_randomk_encode(B):
+    # k distinct coordinates (a random permutation's first k: the form GRACE and most random-k code use)
+    # and their values. gradcomp draws them from a keyed Feistel permutation, without materializing it.
+    k = B.topv.numel()
+    torch.randperm(B.x.numel(), generator=B.generator, out=B.perm)
+    torch.index_select(B.x, 0, B.perm[:k], out=B.vals)
 
 
 def eager_mxfp8_decode(accumulate):
@@ -326,13 +458,14 @@ def c_uncast(accumulate):
 
 
 def c_block_encode(kind, block):
-    limit = 448.0 if kind == "fp8" else 127.0
+    limit = BLOCK_LIMITS[kind]
+    dtype = {"fp8": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}.get(kind)
 
     def f(x):
         xb = x.view(-1, block)
         s = xb.abs().amax(1, keepdim=True) / limit
         q = xb / s
-        return (q.to(torch.float8_e4m3fn) if kind == "fp8" else torch.round(q).to(torch.int8)), s
+        return (q.to(dtype) if dtype is not None else torch.round(q).to(torch.int8)), s
     return f
 
 
@@ -419,12 +552,70 @@ def c_terngrad_encode(x):
     return code[:, 0] | (code[:, 1] << 2) | (code[:, 2] << 4) | (code[:, 3] << 6), m
 
 
-def c_fp4_decode(block, accumulate):
+def c_fp4_decode(block, accumulate, table=E2M1_VALUES):
     def f(packed, s, acc):
         codes = torch.stack((packed & 0xf, packed >> 4), 1).view(-1).to(torch.int64)
-        y = (E2M1_VALUES[codes].view(-1, block) * s).view(-1)
+        y = (table[codes].view(-1, block) * s).view(-1)
         return acc + y if accumulate else y
     return f
+
+
+def c_terngrad_decode(accumulate):
+    def f(crumbs, m, acc):
+        codes = torch.stack([(crumbs >> (2 * j)) & 3 for j in range(4)], 1).view(-1).to(torch.int64)
+        y = (TERNGRAD_VALUES[codes].view(-1, 512) * m).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_mxfp6_encode(x):
+    xb = x.view(-1, 32)
+    e = torch.frexp(xb.abs().amax(1, keepdim=True)).exponent - 3
+    q = xb / torch.ldexp(torch.ones_like(xb[:, :1]), e)
+    code = (torch.bucketize(q.abs(), E2M3_MIDPOINTS).to(torch.uint8) | ((q < 0).to(torch.uint8) << 5)).view(-1, 4)
+    packed = torch.stack((code[:, 0] | (code[:, 1] << 6), (code[:, 1] >> 2) | (code[:, 2] << 4),
+                          (code[:, 2] >> 4) | (code[:, 3] << 2)), 1)
+    return packed.view(-1), (e + 127).to(torch.uint8)
+
+
+def c_mxfp6_decode(accumulate):
+    def f(six, s, acc):
+        b = six.view(-1, 3)
+        codes = torch.stack((b[:, 0] & 63, (b[:, 0] >> 6) | ((b[:, 1] & 15) << 2),
+                             (b[:, 1] >> 4) | ((b[:, 2] & 3) << 4), b[:, 2] >> 2), 1).view(-1).to(torch.int64)
+        y = (E2M3_VALUES[codes].view(-1, 32) * s).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_onebit_encode(x):
+    xb = x.view(-1, 1024)
+    nonneg = xb >= 0
+    count = nonneg.sum(1, keepdim=True)
+    pos = torch.where(nonneg, xb, 0.0).sum(1, keepdim=True)
+    neg = xb.sum(1, keepdim=True) - pos
+    w = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+    bits = (nonneg.view(-1, 8).to(torch.uint8) * w).sum(1, dtype=torch.uint8)
+    return bits, pos / count.clamp(min=1), neg / (1024 - count).clamp(min=1)
+
+
+def c_onebit_decode(accumulate):
+    def f(packed, pos, neg, acc):
+        bits = ((packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8)) & 1).view(-1, 1024)
+        y = torch.where(bits.bool(), pos, neg).view(-1)
+        return acc + y if accumulate else y
+    return f
+
+
+def c_sparse_decode(accumulate):
+    def f(idx, vals, acc):
+        return acc.index_add(0, idx, vals) if accumulate else torch.zeros_like(acc).index_copy(0, idx, vals)
+    return f
+
+
+def c_randomk_encode(x):
+    idx = torch.randperm(x.numel())[:max(1, x.numel() // 100)]
+    return x[idx], idx
 
 
 def c_threshold(x, t):
@@ -487,6 +678,41 @@ def rows() -> list[Row]:
             Row("nvfp4 decode-accumulate", "nvfp4", "accumulate", eager_fp4_decode("nib_nv", "s_nv", 16, True),
                 c_fp4_decode(16, True), ("nibnv", "snv", "acc")),
             Row("threshold 1 % encode", "threshold:ratio=0.01", "encode", eager_threshold, c_threshold, ("x", "thr"))]
+    # The rows for the codecs and directions the issue's table did not name.
+    out += [Row(f"fp8 e5m2 block-128 {label}", "fp8-e5m2", op, eager, compiled, args)
+            for label, op, eager, compiled, args in (
+                ("encode", "encode", eager_block_encode("fp8e5m2", 128), c_block_encode("fp8e5m2", 128), ("x",)),
+                ("decode", "decode", eager_block_decode("fp8e5m2", 128, False), c_block_decode(128, False),
+                 ("fp8e5m2", "s128e5", "acc")),
+                ("decode-accumulate", "accumulate", eager_block_decode("fp8e5m2", 128, True),
+                 c_block_decode(128, True), ("fp8e5m2", "s128e5", "acc")))]
+    for acc, label in ((False, "decode"), (True, "decode-accumulate")):
+        op = "accumulate" if acc else "decode"
+        out += [Row(f"QSGD 4-bit {label}", "qsgd:bits=4", op,
+                    eager_fp4_decode("nib_qsgd", "s_qsgd", 512, acc, QSGD4_VALUES),
+                    c_fp4_decode(512, acc, QSGD4_VALUES), ("nibqsgd", "sqsgd", "acc")),
+                Row(f"terngrad {label}", "terngrad", op, eager_terngrad_decode(acc), c_terngrad_decode(acc),
+                    ("crumbstern", "stern", "acc"))]
+    out += [Row("mxfp6 e2m3 encode", "mxfp6", "encode", eager_mxfp6_encode, c_mxfp6_encode, ("x",)),
+            Row("mxfp6 e2m3 decode", "mxfp6", "decode", eager_mxfp6_decode(False), c_mxfp6_decode(False),
+                ("sixmx6", "smx6", "acc")),
+            Row("mxfp6 e2m3 decode-accumulate", "mxfp6", "accumulate", eager_mxfp6_decode(True),
+                c_mxfp6_decode(True), ("sixmx6", "smx6", "acc")),
+            Row("nvfp4 decode", "nvfp4", "decode", eager_fp4_decode("nib_nv", "s_nv", 16, False),
+                c_fp4_decode(16, False), ("nibnv", "snv", "acc")),
+            Row("onebit encode", "onebit", "encode", eager_onebit_encode, c_onebit_encode, ("x",)),
+            Row("onebit decode", "onebit", "decode", eager_onebit_decode(False), c_onebit_decode(False),
+                ("packedob", "obpos", "obneg", "acc")),
+            Row("onebit decode-accumulate", "onebit", "accumulate", eager_onebit_decode(True),
+                c_onebit_decode(True), ("packedob", "obpos", "obneg", "acc")),
+            Row("random-k 1 % encode", "randomk:ratio=0.01", "encode", eager_randomk_encode, c_randomk_encode,
+                ("x",))]
+    for label, spec, index, values in (("exact top-k 1 %", "topk:ratio=0.01", "topi", "vals_top"),
+                                       ("threshold 1 %", "threshold:ratio=0.01", "thr_idx", "thr_vals"),
+                                       ("random-k 1 %", "randomk:ratio=0.01", "rk_idx", "rk_vals")):
+        for acc, what in ((False, "decode"), (True, "decode-accumulate")):
+            out.append(Row(f"{label} {what}", spec, "accumulate" if acc else "decode",
+                           eager_sparse_decode(index, values, acc), c_sparse_decode(acc), (index, values, "acc")))
     return out
 
 
@@ -494,7 +720,11 @@ def _compiled_args(B: Buffers, names) -> tuple:
     table = {"x": B.x, "acc": B.acc, "fp16": B.h16, "bf16": B.b16, "fp8": B.f8, "int8": B.i8,
              "packed": B.packed, "nibbles": B.nibbles, "s64": B.scale[64], "f8mx": B.f8mx, "smx8": B.s_mx8,
              "nibmx4": B.nib_mx4, "smx4": B.s_mx4, "nibnv": B.nib_nv, "snv": B.s_nv, "thr": B.threshold, "s128": B.scale[128], "s256": B.scale[256],
-             "s1024": B.scale[1024]}
+             "s1024": B.scale[1024], "fp8e5m2": B.f8e5, "s128e5": B.s128e5, "nibqsgd": B.nib_qsgd,
+             "sqsgd": B.s_qsgd, "crumbstern": B.crumbs_tern, "stern": B.s_tern, "sixmx6": B.six_mx6,
+             "smx6": B.s_mx6, "packedob": B.packed_ob, "obpos": B.ob_pos, "obneg": B.ob_neg, "topi": B.topi,
+             "vals_top": B.vals_top, "thr_idx": B.thr_idx, "thr_vals": B.thr_vals, "rk_idx": B.rk_idx,
+             "rk_vals": B.rk_vals}
     return tuple(table[n] for n in names)
 
 
@@ -528,6 +758,29 @@ def prepare_inputs(B: Buffers):
     eager_int4_encode(B)
     n, k = B.x.numel(), max(1, B.x.numel() // 100)
     B.threshold = torch.kthvalue(B.x.abs(), n - k + 1).values   # the top 1 %'s smallest magnitude
+    eager_block_encode("fp8e5m2", 128)(B)
+    B.s128e5 = B.scale[128].clone()
+    eager_block_encode("fp8", 128)(B)   # B.scale[128] back to the e4m3 decode rows' scales
+    eager_qsgd4(B)
+    B.nib_qsgd, B.s_qsgd = B.nibbles.clone(), B.scale[512].clone()
+    eager_int4_encode(B)                # B.nibbles back to the int4 decode rows' codes
+    eager_terngrad_encode(B)
+    B.crumbs_tern, B.s_tern = B.crumbs.clone(), B.scale[512].clone()
+    eager_mxfp6_encode(B)
+    B.six_mx6, B.s_mx6 = B.sixes.clone(), B.scale[32].clone()
+    eager_mxfp8_encode(B)               # B.scale[32] is not read by a decode row; kept as mxfp8 left it
+    eager_onebit_encode(B)
+    B.packed_ob, B.ob_pos, B.ob_neg = B.packed.clone(), B.ob_pos_out.clone(), B.ob_neg_out.clone()
+    B.ob_diff = B.ob_pos - B.ob_neg
+    eager_sign_encode(B)                # B.packed and B.scale[1024] back to the sign decode rows' inputs
+    eager_topk(B)
+    B.vals_top = B.vals.clone()
+    eager_threshold(B)
+    B.thr_vals = B.vals_t.clone()
+    B.thr_idx = (B.x.abs() >= B.threshold).nonzero().squeeze(1)
+    eager_randomk_encode(B)
+    B.rk_idx, B.rk_vals = B.perm[:k].clone(), B.vals.clone()
+    eager_topk(B)                       # B.vals back to top-k's
 
 
 def timed(fn) -> float:

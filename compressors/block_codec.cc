@@ -17,6 +17,7 @@
 #endif
 
 #include "compressors/cuda_paths.h"
+#include "compressors/tile_ranges.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/cpu/cast_kernels.h"
@@ -27,26 +28,6 @@
 
 namespace gradcomp {
 namespace {
-
-// Below this many elements a second thread costs more to start than it saves.
-constexpr uint64_t kMinElementsPerThread = 1u << 18;
-
-// Runs fn(firstTile, endTile) over contiguous tile ranges, one per thread.
-template <typename Fn>
-void forTileRanges(uint64_t numTiles, uint64_t numElements, int threads, Fn&& fn) {
-  const uint64_t useful = std::max<uint64_t>(1, numElements / kMinElementsPerThread);
-  const uint64_t t = std::min<uint64_t>({static_cast<uint64_t>(threads), useful, std::max<uint64_t>(numTiles, 1)});
-  if (t <= 1) {
-    fn(0, numTiles, 0);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const uint64_t per = ceilDiv(numTiles, t);
-  for (uint64_t i = 1; i < t; ++i)
-    pool.emplace_back([&, i] { fn(std::min(numTiles, i * per), std::min(numTiles, (i + 1) * per), i); });
-  fn(0, std::min(numTiles, per), 0);
-  for (auto& th : pool) th.join();
-}
 
 // c[i] = g[i] + e[i]; returns max |c| bits (>= 0x7f800000 when some c is Inf or NaN).
 uint32_t addAndMaxAbsBits(const float* g, const float* e, float* c, uint64_t n) {

@@ -30,11 +30,17 @@ class Fp8Codec final : public BlockCodec {
                    " (flags 0x", std::hex, flags, ") does not match this decoder's flavour ocp");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext&, uint64_t& saturated, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // The NaN/Inf check is each block's maximum, which the scale needs anyway: one pass over the tile.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t& saturated, bool) const override {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* codes = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin;
-    cpu::encodeFp8Blocks(x, count, h.blockSize, fmt_, codes, scales + begin / h.blockSize, saturated, nullptr);
+    const size_t bad = cpu::encodeFp8BlocksChecked(x, count, h.blockSize, fmt_, codes, scales + begin / h.blockSize, saturated);
+    return bad == count ? EncodeResult::kNoIndex : bad;
   }
   void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                           const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {

@@ -34,7 +34,13 @@ class Int8Codec final : public BlockCodec {
     GRADCOMP_CHECK((flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
-                  const EncodeContext& ctx, uint64_t&, bool) const override {
+                  const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
+    encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+  }
+  // The NaN/Inf check is each block's maximum, which the scale needs anyway: the tile is read from memory
+  // once, not scanned first and encoded after.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* codes = reinterpret_cast<int8_t*>(payload + sec.offset[1]) + begin;
@@ -43,9 +49,13 @@ class Int8Codec final : public BlockCodec {
       u = scratchUniforms(count);
       cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
     }
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      scales[block] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off);
-    });
+    for (uint64_t off = 0; off < count; off += h.blockSize) {
+      const uint64_t len = std::min<uint64_t>(h.blockSize, count - off);
+      bool nonFinite = false;
+      scales[(begin + off) / h.blockSize] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off, &nonFinite);
+      if (nonFinite) return off + firstNonFinite(std::span<const float>(x + off, len));
+    }
+    return EncodeResult::kNoIndex;
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.reciprocalOf = 127.0f}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {

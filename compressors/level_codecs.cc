@@ -55,7 +55,7 @@ class QsgdCodec final : public BlockCodec {
                   const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
     encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
   }
-  // Tiles of 4096 values (8 of the default 512-value blocks): the blocks' sums of squares go 4 at a time.
+  // Tiles of 4096 values (8 of the default 512-value blocks).
   uint64_t tileMultiple() const override { return 4; }
   // The NaN/Inf scan is the blocks' sums of squares: one pass over the tile, not two.
   uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
@@ -64,21 +64,22 @@ class QsgdCodec final : public BlockCodec {
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
     cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
-    uint8_t* codes = scratchCodes(count);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
     cpu::blockSumSquaresEach(x, count, h.blockSize, sums.data());
-    const uint64_t bad = encodeBlocksChecked(begin, count, h.blockSize, x, [&](uint64_t block, uint64_t off, uint64_t len, bool* nonFinite) {
+    const int levels = scalar::qsgdLevels(bits_);
+    const uint64_t bad = encodeBlocksChecked(begin, count, h.blockSize, x, [&](uint64_t block, uint64_t off, uint64_t, bool* nonFinite) {
       const double sum = sums[off / h.blockSize];
       if (!std::isfinite(sum)) {
         *nonFinite = true;
         return;
       }
-      norms[block] = cpu::encodeQsgdBlockOfSum(x + off, len, bits_, sum, u + off, codes + off);
+      norms[block] = scalar::qsgdWireNorm(sum, levels);
     });
     if (bad == EncodeResult::kNoIndex)
-      cpu::packBits(codes, count, bits_, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
+      cpu::encodeQsgdTilePacked(x, count, h.blockSize, bits_, norms + begin / h.blockSize, u,
+                                reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bits_ / 8);
     return bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader& h) const override {
@@ -142,25 +143,30 @@ class TernGradCodec final : public BlockCodec {
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
     cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
-    uint8_t* codes = scratchCodes(count);
-    const uint64_t bad = encodeBlocksChecked(begin, count, h.blockSize, x, [&](uint64_t block, uint64_t off, uint64_t len, bool* nonFinite) {
-      maxima[block] = cpu::encodeTernBlock(x + off, len, u + off, codes + off, nonFinite);
-    });
-    if (bad == EncodeResult::kNoIndex)
-      cpu::packBits(codes, count, 2, reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
-    return bad;
+    const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
+                                                 reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
+    return bad == count ? EncodeResult::kNoIndex : bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override { return {.allowZero = true}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
     validateBlockScales(reinterpret_cast<const float*>(payload + sec.offset[0]), sec.bytes[0] / 4, name(), scaleRule(h));
     const auto* packed = reinterpret_cast<const uint8_t*>(payload + sec.offset[1]);
-    for (uint64_t byte = 0; byte < sec.bytes[1]; ++byte) {
-      // A 2-bit field equal to 3 has both its bits set.
-      const uint32_t both = packed[byte] & (packed[byte] >> 1) & 0x55u;
-      if (!both) continue;
-      const uint64_t element = byte * 4 + static_cast<uint64_t>(__builtin_ctz(both)) / 2;
-      GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": invalid ternary code 3 at element ", element);
+    // A 2-bit field equal to 3 has both its bits set. Each 4 KiB of codes is first OR-reduced (a loop
+    // without an exit, which vectorizes: a byte-by-byte search took as long as the decode itself);
+    // only a span that holds one is searched byte by byte.
+    constexpr uint64_t kSpan = 4096;
+    for (uint64_t start = 0; start < sec.bytes[1]; start += kSpan) {
+      const uint64_t end = std::min(sec.bytes[1], start + kSpan);
+      uint32_t any = 0;
+      for (uint64_t byte = start; byte < end; ++byte) any |= packed[byte] & (packed[byte] >> 1) & 0x55u;
+      if (!any) continue;
+      for (uint64_t byte = start; byte < end; ++byte) {
+        const uint32_t both = packed[byte] & (packed[byte] >> 1) & 0x55u;
+        if (!both) continue;
+        const uint64_t element = byte * 4 + static_cast<uint64_t>(__builtin_ctz(both)) / 2;
+        GRADCOMP_CHECK(element >= h.numElements, DecodeError, name(), ": invalid ternary code 3 at element ", element);
+      }
     }
   }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,

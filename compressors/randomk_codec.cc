@@ -10,7 +10,9 @@
 #include "compressors/cuda_paths.h"
 #include "compressors/randomk_values.h"
 #include "compressors/sparse_payload.h"
+#include "compressors/tile_ranges.h"
 #include "core/error.h"
+#include "kernels/cpu/feistel_indices.h"
 #include "kernels/scalar/feistel_permutation.h"
 #include "kernels/scalar/float_formats.h"
 #include "kernels/scalar/scale_limits.h"
@@ -159,7 +161,7 @@ class RandomKCodec final : public Compressor {
   }
 
   void decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
-                  const ExecContext&) const override {
+                  const ExecContext& exec) const override {
     const RandomKLayout l = randomKLayout(h.count, h.flags);
     const RandomKKey key = RandomKKey::read(payload);
     const bool fp16 = h.flags & kFp16Values;
@@ -168,18 +170,29 @@ class RandomKCodec final : public Compressor {
     checkRandomKValues(payload + l.valueOffset, h.count, fp16, valueScale(h.numElements, h.count, h.flags), name());
     const float scale = valueScale(h.numElements, h.count, h.flags);
     const auto perm = scalar::FeistelPermutation::make(h.numElements, key.seed, key.step, key.tensor);
-    if (mode == DecodeMode::Overwrite) std::fill(out.begin(), out.end(), 0.0f);
-    // The writes land at random places in `out`: compute the coordinates first, then scatter with
-    // the target 32 entries ahead prefetched, so many cache misses are in flight at once.
-    constexpr uint64_t kAhead = 32;
-    thread_local std::vector<uint64_t> idx;
-    idx.resize(h.count);
-    for (uint64_t j = 0; j < h.count; ++j) idx[j] = perm(j);
-    for (uint64_t j = 0; j < h.count; ++j) {
-      if (j + kAhead < h.count) __builtin_prefetch(out.data() + idx[j + kAhead], 1);
-      const float v = (fp16 ? scalar::halfBitsToFloat(v16[j]) : v32[j]) * scale;
-      out[idx[j]] += v;
-    }
+    const uint64_t n = out.size();
+    // With several threads: the zeroing in contiguous ranges of `out`, then the coordinates and their
+    // values in ranges of the permutation. A permutation's coordinates are distinct, so no two threads
+    // ever write one element (accumulate included); the sum is the same in any split.
+    constexpr uint64_t kZeroTile = uint64_t{1} << 16, kChunk = 4096;
+    if (mode == DecodeMode::Overwrite)
+      forTileRanges(ceilDiv(n, kZeroTile), n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
+        std::fill(out.begin() + std::min(n, t0 * kZeroTile), out.begin() + std::min(n, t1 * kZeroTile), 0.0f);
+      });
+    forTileRanges(ceilDiv(h.count, kChunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t) {
+      const uint64_t j0 = std::min(h.count, c0 * kChunk), j1 = std::min(h.count, c1 * kChunk);
+      // The writes land at random places in `out`: compute the coordinates first, then scatter with
+      // the target 32 entries ahead prefetched, so many cache misses are in flight at once.
+      constexpr uint64_t kAhead = 32;
+      thread_local std::vector<uint64_t> idx;
+      idx.resize(j1 - j0);
+      cpu::feistelIndices(perm, j0, j1 - j0, idx.data());
+      for (uint64_t j = j0; j < j1; ++j) {
+        if (j + kAhead < j1) __builtin_prefetch(out.data() + idx[j + kAhead - j0], 1);
+        const float v = (fp16 ? scalar::halfBitsToFloat(v16[j]) : v32[j]) * scale;
+        out[idx[j - j0]] += v;
+      }
+    });
   }
 
  private:
@@ -213,7 +226,7 @@ class RandomKCodec final : public Compressor {
     idx.resize(k);
     auto* v32 = reinterpret_cast<float*>(payload + l.valueOffset);
     auto* v16 = reinterpret_cast<uint16_t*>(payload + l.valueOffset);
-    for (uint64_t j = 0; j < k; ++j) idx[j] = perm(j);
+    cpu::feistelIndices(perm, 0, k, idx.data());
     const float limit = scalar::largestScaledValue(valueScale(n, k, flags_));
     constexpr uint64_t kAhead = 32;  // random reads: keep many misses in flight
     for (uint64_t j = 0; j < k; ++j) {

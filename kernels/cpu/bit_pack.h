@@ -59,12 +59,17 @@ inline void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
   if (bits == 4 || bits == 2) {
     // Whole bytes of 2 or 4 codes: a plain loop the compiler vectorizes (the 64-bit group path does
     // not), the same bytes as the general path.
+    // Restrict-qualified locals: codes (a scratch tile) never overlaps out (the payload), and without
+    // saying so the compiler, inlined into a codec, kept the byte loop scalar (0.37 ns an element of
+    // qsgd's 1.6, measured).
+    const uint8_t* __restrict c = codes;
+    uint8_t* __restrict o = out;
     const size_t per = static_cast<size_t>(8 / bits), whole = n / per;
     if (bits == 4) {
-      for (size_t b = 0; b < whole; ++b) out[b] = static_cast<uint8_t>(codes[2 * b] | (codes[2 * b + 1] << 4));
+      for (size_t b = 0; b < whole; ++b) o[b] = static_cast<uint8_t>(c[2 * b] | (c[2 * b + 1] << 4));
     } else {
       for (size_t b = 0; b < whole; ++b)
-        out[b] = static_cast<uint8_t>(codes[4 * b] | (codes[4 * b + 1] << 2) | (codes[4 * b + 2] << 4) | (codes[4 * b + 3] << 6));
+        o[b] = static_cast<uint8_t>(c[4 * b] | (c[4 * b + 1] << 2) | (c[4 * b + 2] << 4) | (c[4 * b + 3] << 6));
     }
     if (whole * per < n) {
       uint32_t v = 0;
@@ -95,14 +100,16 @@ inline void unpackBits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
     const size_t per = static_cast<size_t>(8 / bits);
     const uint8_t m = static_cast<uint8_t>((1u << bits) - 1u);
     const size_t whole = n / per;
+    const uint8_t* __restrict src = in;  // as in packBits: the payload never overlaps the scratch codes
+    uint8_t* __restrict dst = codes;
     if (bits == 4) {
       for (size_t b = 0; b < whole; ++b) {
-        codes[2 * b] = static_cast<uint8_t>(in[b] & 0xfu);
-        codes[2 * b + 1] = static_cast<uint8_t>(in[b] >> 4);
+        dst[2 * b] = static_cast<uint8_t>(src[b] & 0xfu);
+        dst[2 * b + 1] = static_cast<uint8_t>(src[b] >> 4);
       }
     } else {
       for (size_t b = 0; b < whole; ++b)
-        for (size_t j = 0; j < 4; ++j) codes[4 * b + j] = static_cast<uint8_t>((in[b] >> (2 * j)) & 3u);
+        for (size_t j = 0; j < 4; ++j) dst[4 * b + j] = static_cast<uint8_t>((src[b] >> (2 * j)) & 3u);
     }
     for (size_t i = whole * per; i < n; ++i)
       codes[i] = static_cast<uint8_t>((in[i / per] >> ((i % per) * static_cast<size_t>(bits))) & m);

@@ -34,12 +34,19 @@ size_t firstInt4Minimum(const uint8_t* packed, size_t n);
 // residual != nullptr also residual[i] = x[i] - decoded[i]. The tile-level entry point of the codec.
 void encodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes, float* scales,
                      uint64_t& saturated, float* residual);
+// encodeFp8Blocks without the residual, for input not yet checked: returns the index of the first NaN/Inf
+// (found by the block maxima the scales need; the codes are then unspecified), or n.
+size_t encodeFp8BlocksChecked(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
+                              float* scales, uint64_t& saturated);
 
 // Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
 // floor(v + u); nullptr rounds to nearest even.
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes);
+// With nonFinite given, a block holding a NaN/Inf (its largest |bits|, which the scale needs anyway,
+// reaches Inf's) sets *nonFinite and writes no codes: the codec's input check rides in this pass.
+float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite = nullptr);
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
-float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes);
+float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
+                              bool* nonFinite = nullptr);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 // Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the
 // codes as two's complement nibbles, LSB-first (element 2j in the low nibble of packed[j]; a last odd

@@ -33,7 +33,7 @@ GRADCOMP_AVX512 uint32_t maxAbsBits(const float* x, size_t n) {
 }
 
 GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scalar::Fp8Spec& s,
-                                         uint32_t overflowBits, uint8_t* codes, float* scales) {
+                                         uint32_t overflowBits, uint8_t* codes, float* scales, size_t* firstBad) {
   const int shift = 23 - s.mantBits;
   const __m512 magic = _mm512_set1_ps(s.subnormalMagic);
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
@@ -61,7 +61,14 @@ GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockS
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = blockSize < n - b0 ? blockSize : n - b0;
     const float* xb = x + b0;
-    const float scale = scalar::blockScaleFor(scalar::bitsToFloat(maxAbsBits(xb, len)), s.maxValue);
+    const uint32_t amaxBits = maxAbsBits(xb, len);
+    if (firstBad && !scalar::isFiniteBits(amaxBits)) {
+      size_t j = 0;
+      while (scalar::isFiniteBits(scalar::absBits(xb[j]))) ++j;
+      *firstBad = b0 + j;
+      return sat;
+    }
+    const float scale = scalar::blockScaleFor(scalar::bitsToFloat(amaxBits), s.maxValue);
     scales[block] = scale;
     const __m512 vScale = _mm512_set1_ps(scale);
     size_t i = 0;

@@ -17,8 +17,10 @@ uint32_t maxAbsBits(const float* x, size_t n);
 // Consecutive blocks of x (the last may be short): scales[b] = blockScaleFor(amax of block b), codes[i] =
 // fp8(x[i] * scale), every lane (tails masked). Returns the values at or past overflowBits (the rounding
 // midpoint above the largest code): the saturations.
+// With firstBad given, a block whose maximum reaches Inf's stops the encoding with *firstBad = the index
+// of its first NaN/Inf.
 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scalar::Fp8Spec& spec,
-                         uint32_t overflowBits, uint8_t* codes, float* scales);
+                         uint32_t overflowBits, uint8_t* codes, float* scales, size_t* firstBad = nullptr);
 
 // codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + uniforms[i])
 // when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote.

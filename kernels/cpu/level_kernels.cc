@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #define GRADCOMP_HAVE_AVX2 1
 #endif
 
+#include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/cpu_path.h"
+#include "kernels/cpu/level_kernels_avx512.h"
 #include "kernels/scalar/level_codes.h"
 
 namespace gradcomp::cpu {
@@ -35,31 +39,13 @@ double blockSumSquares(const float* x, size_t n) {
 float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWireNorm(blockSumSquares(x, n), levels); }
 
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums) {
+  // One block after another. Interleaving several blocks (one accumulator each, for more independent
+  // additions) reads memory as several streams a block apart, and on the AMD EPYC of docs/notes.md the
+  // hardware prefetcher then falls behind: 16M values took 7.5 ms with 2 or 4 blocks interleaved and
+  // 3.0 ms one block at a time (a memcpy of the same 64 MiB: 7.5 ms). This pass is where qsgd's encode
+  // reads its input from memory, so the stream wins over the extra chains.
   const size_t blocks = (n + blockSize - 1) / blockSize;
-  size_t b = 0;
-#ifdef GRADCOMP_HAVE_AVX2
-  // Four whole blocks at a time, each in its own accumulator in blockSumSquares' order: one block's sum
-  // is a chain of dependent additions (latency-bound), four chains keep the adder busy.
-  if (blockSize % 8 == 0) {
-    for (; (b + 4) * blockSize <= n; b += 4) {
-      const float* p = x + b * blockSize;
-      __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-      for (size_t i = 0; i < blockSize; i += 8)
-        for (int k = 0; k < 4; ++k) {
-          const float* q = p + k * blockSize + i;
-          const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
-          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
-          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
-        }
-      for (int k = 0; k < 4; ++k) {
-        double lane[4];
-        _mm256_storeu_pd(lane, acc[k]);
-        sums[b + k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-      }
-    }
-  }
-#endif
-  for (; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
+  for (size_t b = 0; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
 }
 
 float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms, uint8_t* codes) {
@@ -68,8 +54,11 @@ float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms,
 
 float encodeQsgdBlockOfSum(const float* x, size_t n, int bits, double sumSquares, const float* uniforms,
                            uint8_t* codes) {
+  return encodeQsgdBlockOfNorm(x, n, bits, scalar::qsgdWireNorm(sumSquares, scalar::qsgdLevels(bits)), uniforms, codes);
+}
+
+float encodeQsgdBlockOfNorm(const float* x, size_t n, int bits, float norm, const float* uniforms, uint8_t* codes) {
   const int s = scalar::qsgdLevels(bits);
-  const float norm = scalar::qsgdWireNorm(sumSquares, s);
   const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norm);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
@@ -148,6 +137,87 @@ void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, b
     const float v = codes[i] == 1 ? maxAbs : (codes[i] == 2 ? -maxAbs : 0.0f);
     out[i] = accumulate ? out[i] + v : v;
   }
+}
+
+namespace {
+
+// n codes through the byte-per-code rule `encode(codes)`, then packed from bit 0 of `packed`.
+template <typename Encode>
+void packedThroughScratch(size_t n, int bits, uint8_t* packed, Encode&& encode) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  uint8_t* codes = scratch.data();
+  encode(codes);
+  packBits(codes, n, bits, packed);
+}
+
+size_t firstNonFiniteIn(const float* x, size_t n) {
+  size_t i = 0;
+  while (i < n && scalar::isFiniteBits(scalar::floatBits(x[i]))) ++i;
+  return i;
+}
+
+}  // namespace
+
+void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
+                          const float* uniforms, uint8_t* packed) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0 && (bits == 4 || bits == 8)) {
+    // Every block starts on a byte (16 codes fill whole bytes); its codes go 16 at a time from registers,
+    // a short last block's tail (and a block whose norm needs the normalized ratio) by the scalar rule.
+    const int s = scalar::qsgdLevels(bits);
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+      const size_t len = std::min(blockSize, n - b0);
+      const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norms[block]);
+      uint8_t* out = packed + b0 * static_cast<size_t>(bits) / 8;
+      const size_t done =
+          toLevel.pre == 1.0f ? avx512::qsgdCodesPacked(x + b0, len, bits, toLevel.inv, uniforms + b0, out) : 0;
+      if (done < len)
+        packedThroughScratch(len - done, bits, out + done * static_cast<size_t>(bits) / 8, [&](uint8_t* codes) {
+          for (size_t i = done; i < len; ++i)
+            codes[i - done] = static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms[b0 + i]));
+        });
+    }
+    return;
+  }
+#endif
+  packedThroughScratch(n, bits, packed, [&](uint8_t* codes) {
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block)
+      encodeQsgdBlockOfNorm(x + b0, std::min(blockSize, n - b0), bits, norms[block], uniforms + b0, codes + b0);
+  });
+}
+
+size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
+                            uint8_t* packed) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0) {
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+      const size_t len = std::min(blockSize, n - b0);
+      const float maxAbs = blockAmax(x + b0, len);
+      if (!scalar::isFiniteBits(scalar::floatBits(maxAbs))) return b0 + firstNonFiniteIn(x + b0, len);
+      maxima[block] = maxAbs;
+      const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
+      uint8_t* out = packed + b0 / 4;
+      const size_t done = inv.pre == 1.0f ? avx512::ternCodesPacked(x + b0, len, inv.inv, uniforms + b0, out) : 0;
+      if (done < len)
+        packedThroughScratch(len - done, 2, out + done / 4, [&](uint8_t* codes) {
+          for (size_t i = done; i < len; ++i)
+            codes[i - done] = static_cast<uint8_t>(scalar::ternCode(x[b0 + i], inv, uniforms[b0 + i]));
+        });
+    }
+    return n;
+  }
+#endif
+  size_t bad = n;
+  packedThroughScratch(n, 2, packed, [&](uint8_t* codes) {
+    for (size_t b0 = 0, block = 0; b0 < n && bad == n; b0 += blockSize, ++block) {
+      const size_t len = std::min(blockSize, n - b0);
+      bool nonFinite = false;
+      maxima[block] = encodeTernBlock(x + b0, len, uniforms + b0, codes + b0, &nonFinite);
+      if (nonFinite) bad = b0 + firstNonFiniteIn(x + b0, len);
+    }
+  });
+  return bad;
 }
 
 }  // namespace gradcomp::cpu

@@ -10,8 +10,8 @@ namespace gradcomp::cpu {
 // Sum of squares of a block, accumulated in double over 4 interleaved lanes combined as
 // (l0+l1)+(l2+l3): a fixed order, so every backend that follows it gets the same value.
 double blockSumSquares(const float* x, size_t n);
-// sums[b] = blockSumSquares of each consecutive block (the last may be short), bit for bit, several
-// blocks at a time.
+// sums[b] = blockSumSquares of each consecutive block (the last may be short), bit for bit: a tile's
+// blocks summed in one pass before any is encoded (and a non-finite sum found first).
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums);
 // The block's qsgd wire norm with `levels` levels: its L2 norm, capped so that it decodes to finite
 // values (kernels/scalar/scale_limits.h).
@@ -24,11 +24,24 @@ float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms,
 // and a non-finite sum, a NaN/Inf in the block, found before encoding).
 float encodeQsgdBlockOfSum(const float* x, size_t n, int bits, double sumSquares, const float* uniforms,
                            uint8_t* codes);
+// The same from the block's wire norm (the codes only).
+float encodeQsgdBlockOfNorm(const float* x, size_t n, int bits, float norm, const float* uniforms, uint8_t* codes);
 void decodeQsgdBlock(const uint8_t* codes, size_t n, int bits, float norm, float* out, bool accumulate);
 
 // TernGrad: code 0 -> 0, 1 -> +max, 2 -> -max (3 is invalid); P(nonzero) = |x| / max.
 // nonFinite as for encodeQsgdBlock, checked by the block maximum.
 float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* codes, bool* nonFinite = nullptr);
 void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, bool accumulate);
+
+// A codec tile at once, the codes packed LSB-first from bit 0 of `packed` (the tile starts on a byte),
+// with the bytes of encodeQsgdBlockOfSum / encodeTernBlock followed by packBits. On the avx512 path with
+// blocks a multiple of 16 the codes go from registers into `packed` (level_kernels_avx512.h).
+// QSGD: norms[b] is block b's wire norm (scalar::qsgdWireNorm of its sum of squares).
+void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
+                          const float* uniforms, uint8_t* packed);
+// TernGrad: writes maxima[b]; returns the index of the first NaN/Inf (then the codes are unspecified),
+// or n.
+size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
+                            uint8_t* packed);
 
 }  // namespace gradcomp::cpu

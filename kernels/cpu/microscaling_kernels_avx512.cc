@@ -14,6 +14,8 @@
 #include <immintrin.h>
 
 #define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// A lambda's own target attribute, after its parameter list (GCC does not inherit the enclosing one).
+#define GRADCOMP_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace gradcomp::cpu::avx512 {
 namespace {
@@ -114,15 +116,17 @@ inline uint64_t firstNonFiniteIn(const float* x, size_t b0, size_t len) {
   return b0 + i;
 }
 
-// The blocks of x: per block, `scaleOf(amax)` gives (scale code, factor, divide); the element codes of
-// x x factor (or x / factor) are packed at element offset b0. Returns the saturations. The blocks go
-// 16 at a time in three phases (their maxima, their scales, their codes), so that one block's chain of
-// dependent steps (a horizontal maximum, the scalar scale rule, a broadcast) overlaps the next blocks'
-// instead of stalling the loop: a 16-element NVFP4 block is otherwise latency-bound.
-template <typename ScaleOf>
+constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
+
+// The blocks of x: per group of up to kGroup blocks, `scalesOf(maxBits, count, codes, factors, divide)`
+// turns the blocks' largest magnitudes (fp32 bits, all finite) into their scale codes and factors; the
+// element codes of x x factor (or x / factor) are packed at element offset b0. Returns the saturations.
+// The blocks go 16 at a time in three phases (their maxima, their scales, their codes), so that one
+// block's chain of dependent steps (a horizontal maximum, the scale rule, a broadcast) overlaps the next
+// blocks' instead of stalling the loop: a 16-element NVFP4 block is otherwise latency-bound.
+template <typename ScalesOf>
 GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize, const ElementLanes& l,
-                                      uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, ScaleOf&& scaleOf) {
-  constexpr size_t kGroup = 16;
+                                      uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, ScalesOf&& scalesOf) {
   uint64_t saturated = 0;
   uint32_t maxBits[kGroup];
   float factors[kGroup];
@@ -140,8 +144,8 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
         if (firstBad) *firstBad = firstNonFiniteIn(x, b0, blockSize < n - b0 ? blockSize : n - b0);
         return saturated;
       }
-      scaleOf(bitsToFloat(maxBits[j]), scaleCodes[g0 + j], factors[j], divide);
     }
+    scalesOf(maxBits, count, scaleCodes + g0, factors, divide);
     uint32_t sat = 0;
     for (size_t j = 0; j < count; ++j) {
       const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
@@ -257,9 +261,11 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
   const ElementSpec s = elementSpec(fmt);
   const ElementLanes l = lanesFor(s);
   return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
-                      [&](float amax, uint8_t& code, float& factor, bool& divide) {
-                        code = mxSharedScaleCode(amax, s);
-                        factor = mxInverseScale(code);  // x / 2^e as the exact product with 2^-e
+                      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors, bool& divide) {
+                        for (size_t j = 0; j < count; ++j) {
+                          codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
+                          factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
+                        }
                         divide = false;
                       });
 }
@@ -267,10 +273,22 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
 GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                                  uint8_t* scaleCodes, uint64_t* firstBad) {
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  // The scale rule on a group's 16 blocks at once, in the lanes of the element conversion with E4M3's
+  // constants: code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t)
+  // (nvfp4BlockFactor). Per block in scalar code it cost more than the block's 16 elements.
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  const ElementLanes scaleLanes = lanesFor(e4m3);
+  const ValueLanes scaleValues = valueLanesFor(e4m3);
+  const __m512 vSixT = _mm512_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm512_set1_ps(t);
   return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
-                      [&](float amax, uint8_t& code, float& factor, bool& divide) {
-                        code = nvfp4BlockScaleCode(amax, t);
-                        factor = nvfp4BlockFactor(code, t);
+                      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors,
+                          bool& divide) GRADCOMP_AVX512_LAMBDA {
+                        const __mmask16 m = count == kGroup ? __mmask16{0xffff} : static_cast<__mmask16>((1u << count) - 1u);
+                        const __m512 amax = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, maxBits));
+                        uint32_t unused = 0;  // a scale's saturation is not an element's
+                        const __m512i c = elementCodes(_mm512_div_ps(amax, vSixT), scaleLanes, m, unused);
+                        _mm_mask_storeu_epi8(codes, m, _mm512_cvtepi32_epi8(c));
+                        _mm512_mask_storeu_ps(factors, m, _mm512_mul_ps(elementValues(c, scaleValues), vT));
                         divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
                       });
 }

@@ -14,7 +14,10 @@
 
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/cpu_path.h"
+#include "kernels/cpu/level_kernels.h"
 #include "kernels/cpu/microscaling_kernels.h"
+#include "kernels/scalar/level_codes.h"
+#include "kernels/scalar/scale_limits.h"
 #include "tests/kernels/cpu_path_params.h"
 
 namespace gradcomp::cpu {
@@ -128,6 +131,73 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
   std::printf("block kernels (mx, nvfp4, int4: packed encode and decode): %zu cases on the %s path equal the scalar reference\n",
               compared, cpuPathName(GetParam()));
 }
+
+// The stochastic level encoders' tile entry points (qsgd 4 and 8 bits, terngrad): the codes packed from
+// registers on the vector path against the byte-per-code scalar rule and packBits, with the norms and
+// maxima the inputs' specials push past 2^100 (the normalized-ratio blocks) and a NaN/Inf for terngrad,
+// whose tile encoder finds it.
+struct LevelTile {
+  std::vector<uint8_t> packed;
+  std::vector<float> maxima;
+  size_t firstBad = 0;
+  bool operator==(const LevelTile&) const = default;
+};
+
+LevelTile runLevel(CpuPath path, int bits, const std::vector<float>& x, size_t blockSize) {
+  setCpuPath(path);
+  const size_t n = x.size(), blocks = (n + blockSize - 1) / blockSize;
+  std::vector<float> u(n);
+  fillUniforms(scalar::RngStream::make(9, 0, 1, 2), 0, n, u.data());
+  LevelTile t;
+  t.packed.assign((n * static_cast<size_t>(bits == 0 ? 2 : bits) + 7) / 8 + 16, 0xee);  // bytes past the codes stay
+  t.maxima.assign(blocks, 0.0f);
+  if (bits == 0) {
+    t.firstBad = encodeTernTilePacked(x.data(), n, blockSize, u.data(), t.maxima.data(), t.packed.data());
+  } else {
+    std::vector<float> norms(blocks);
+    for (size_t b = 0; b < blocks; ++b)
+      norms[b] = scalar::qsgdWireNorm(blockSumSquares(x.data() + b * blockSize, std::min(blockSize, n - b * blockSize)),
+                                      scalar::qsgdLevels(bits));
+    encodeQsgdTilePacked(x.data(), n, blockSize, bits, norms.data(), u.data(), t.packed.data());
+    t.firstBad = n;
+  }
+  return t;
+}
+
+class LevelKernelPaths : public CpuPathTest {};
+
+TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  size_t compared = 0;
+  for (const int bits : {4, 8, 0}) {  // 0: terngrad
+    for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{16}, size_t{24}})
+      for (const size_t n : lengths)
+        for (const bool nonFinite : {false, true}) {
+          if (nonFinite && (n == 0 || bits != 0)) continue;  // qsgd's finite check is its caller's (the sums)
+          SCOPED_TRACE(::testing::Message() << "bits " << bits << " block " << blockSize << " n " << n
+                                            << " nonFinite " << nonFinite);
+          const auto x = inputs(n, n * 17 + static_cast<uint64_t>(bits), nonFinite);
+          const LevelTile want = runLevel(CpuPath::Scalar, bits, x, blockSize);
+          const LevelTile got = runLevel(GetParam(), bits, x, blockSize);
+          ASSERT_EQ(got.firstBad, want.firstBad);
+          if (nonFinite) {
+            ASSERT_LT(got.firstBad, n);
+          } else {
+            ASSERT_EQ(got.firstBad, n);
+            ASSERT_EQ(got.packed, want.packed);
+            ASSERT_EQ(got.maxima, want.maxima);
+          }
+          ++compared;
+        }
+  }
+  std::printf("level kernels (qsgd 4 / 8 bits, terngrad: packed tile encode): %zu cases on the %s path equal the "
+              "scalar reference\n", compared, cpuPathName(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuPaths, LevelKernelPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2),
+                         cpuPathTestName);
 
 INSTANTIATE_TEST_SUITE_P(CpuPaths, BlockKernelPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2),
                          cpuPathTestName);

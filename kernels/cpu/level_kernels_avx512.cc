@@ -1,0 +1,69 @@
+// The qsgd and terngrad element rules of kernels/scalar/level_codes.h on 16 lanes. The packing pairs
+// codes within 64-bit lanes (code i+1 shifted down beside code i) and narrows with vpmov*, as the int4
+// and MX encoders do. The target attribute (not a file-wide flag) keeps the build runnable on CPUs
+// without AVX-512.
+#include "kernels/cpu/level_kernels_avx512.h"
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+// GCC 12's AVX-512 intrinsics warn inside their own header once inlined (-Wmaybe-uninitialized and
+// -Wuninitialized on the "undefined" pass-through operand): a third-party header's warning, never ours.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace gradcomp::cpu::avx512 {
+
+GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const float* uniforms,
+                                       uint8_t* packed) {
+  const float s = static_cast<float>((1 << (bits - 1)) - 1);
+  const __m512 vInv = _mm512_set1_ps(inv), vS = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff), signCode = _mm512_set1_epi32(1 << (bits - 1));
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    // level = min(floor(fl(|x| inv) + u), s), the two roundings of the scalar rule
+    const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absMask)), vInv);
+    __m512 level = _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    level = _mm512_min_ps(level, vS);
+    // The sign bit only for a nonzero level of a negative x (-0.0 has level 0).
+    const __mmask16 negative = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ) & _mm512_cmp_ps_mask(level, zero, _CMP_GT_OQ);
+    const __m512i code = _mm512_mask_or_epi32(_mm512_cvttps_epi32(level), negative, _mm512_cvttps_epi32(level), signCode);
+    if (bits == 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i), _mm512_cvtepi32_epi8(code));
+    } else {  // 4: element 2j + 1's nibble beside element 2j's, then one byte per 64-bit lane
+      const __m128i bytes = _mm512_cvtepi64_epi8(_mm512_or_si512(code, _mm512_srli_epi64(code, 28)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), bytes);
+    }
+  }
+  return i;
+}
+
+GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
+  const __m512 vInv = _mm512_set1_ps(inv);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i xb = _mm512_loadu_si512(x + i);
+    // kept with probability |x| / max: u < fl(|x| inv); code 1 for a kept x with a clear sign bit, 2 set
+    const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), vInv);
+    const __mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), scaled, _CMP_LT_OQ);
+    const __m512i code = _mm512_maskz_add_epi32(keep, one, _mm512_srli_epi32(xb, 31));
+    // 2-bit codes: pairs within 64-bit lanes (4 bits), narrowed to 32-bit lanes, pairs again (8 bits),
+    // then one byte per 64-bit lane: 16 codes in 4 bytes.
+    const __m256i p4 = _mm512_cvtepi64_epi32(_mm512_or_si512(code, _mm512_srli_epi64(code, 30)));
+    const __m128i p8 = _mm256_cvtepi64_epi8(_mm256_or_si256(p4, _mm256_srli_epi64(p4, 28)));
+    const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(p8));
+    std::memcpy(packed + i / 4, &word, 4);
+  }
+  return i;
+}
+
+}  // namespace gradcomp::cpu::avx512
+#endif

@@ -1,0 +1,24 @@
+// AVX-512 pieces of the stochastic level encoders (level_kernels_avx512.cc), called by level_kernels.cc
+// when cpu_path.h selects the avx512 path: the codes of 16 elements at a time, computed and packed
+// LSB-first in registers and stored straight into the payload (no byte-per-code scratch and no second
+// packing pass). Same bytes as the scalar loops (tests/kernels/block_kernel_paths_test.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+
+#if GRADCOMP_CPU_AVX512_KERNELS
+namespace gradcomp::cpu::avx512 {
+
+// scalar::qsgdCode for the first (n / 16) * 16 elements of a block whose ratio scaling is the plain
+// product (pre == 1, factor inv = fl(s / norm)), `bits` 4 or 8, packed from bit 0 of packed; returns how
+// many it wrote.
+size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed);
+
+// scalar::ternCode (2 bits, pre == 1, inv = fl(1 / max |x|)) likewise.
+size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed);
+
+}  // namespace gradcomp::cpu::avx512
+#endif
