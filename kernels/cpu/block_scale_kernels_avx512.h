@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+#include "kernels/cpu/avx512_build.h"
 #include "kernels/scalar/float_formats.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS

@@ -6,17 +6,9 @@
 // reference's (tests/kernels pins every path the CPU runs).
 #include "kernels/cpu/cast_kernels_avx512.h"
 
+#include "kernels/cpu/avx512_intrinsics.h"
+
 #if GRADCOMP_CPU_AVX512_KERNELS
-// GCC 12's AVX-512 intrinsics build their pass-through operand with _mm512_undefined_*(), which its own
-// -Wmaybe-uninitialized (and -Wuninitialized) flag wherever they are inlined: a third-party header's warning, never ours.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
-#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2")))
-
 namespace gradcomp::cpu::avx512 {
 namespace {
 

@@ -6,11 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GRADCOMP_CPU_AVX512_KERNELS 1
-#else
-#define GRADCOMP_CPU_AVX512_KERNELS 0
-#endif
+#include "kernels/cpu/avx512_build.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
 namespace gradcomp::cpu::avx512 {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/cpu/cast_kernels_avx512.h"
+#include "kernels/cpu/avx512_build.h"
 
 namespace gradcomp::cpu {
 namespace {

@@ -1,17 +1,7 @@
 #include "kernels/cpu/feistel_indices.h"
 
-#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+#include "kernels/cpu/avx512_intrinsics.h"
 #include "kernels/cpu/cpu_path.h"
-
-#if GRADCOMP_CPU_AVX512_KERNELS
-// GCC 12's AVX-512 intrinsics warn inside their own header once inlined: a third-party header's warning.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#endif
 
 namespace gradcomp::cpu {
 namespace {

@@ -4,18 +4,11 @@
 // without AVX-512.
 #include "kernels/cpu/level_kernels_avx512.h"
 
+#include "kernels/cpu/avx512_intrinsics.h"
+
 #if GRADCOMP_CPU_AVX512_KERNELS
-// GCC 12's AVX-512 intrinsics warn inside their own header once inlined (-Wmaybe-uninitialized and
-// -Wuninitialized on the "undefined" pass-through operand): a third-party header's warning, never ours.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
 
 #include <cstring>
-
-#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace gradcomp::cpu::avx512 {
 

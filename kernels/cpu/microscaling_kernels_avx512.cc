@@ -4,19 +4,9 @@
 // The target attribute (not a file-wide flag) keeps the build runnable on CPUs without AVX-512.
 #include "kernels/cpu/microscaling_kernels_avx512.h"
 
+#include "kernels/cpu/avx512_intrinsics.h"
+
 #if GRADCOMP_CPU_AVX512_KERNELS
-// GCC 12's AVX-512 intrinsics warn inside their own header once inlined (-Wmaybe-uninitialized and
-// -Wuninitialized on the "undefined" pass-through operand): a third-party header's warning, never ours.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
-#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-// A lambda's own target attribute, after its parameter list (GCC does not inherit the enclosing one).
-#define GRADCOMP_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
 namespace gradcomp::cpu::avx512 {
 namespace {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/cast_kernels_avx512.h"  // GRADCOMP_CPU_AVX512_KERNELS
+#include "kernels/cpu/avx512_build.h"
 #include "kernels/scalar/element_formats.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
