@@ -47,7 +47,9 @@ class Int8Codec final : public BlockCodec {
     float* u = nullptr;
     if (stochastic_) {
       u = scratchUniforms(count);
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u);
+      // The 4 KiB tile is prefetched as the uniforms are drawn, so the blocks below read it from L1
+      // (1.48x memcpy without, 1.21x with; docs/notes.md).
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x);
     }
     for (uint64_t off = 0; off < count; off += h.blockSize) {
       const uint64_t len = std::min<uint64_t>(h.blockSize, count - off);

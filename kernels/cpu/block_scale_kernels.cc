@@ -529,7 +529,18 @@ inline void philox32InOrder(const RngStream& s, uint64_t block, uint32_t out[128
 }  // namespace
 #endif
 
-void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u) {
+void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
+                  bool readAheadIntoL2) {
+  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made.
+  [[maybe_unused]] auto prefetch = [&](size_t i, size_t count) {
+    if (!readAhead) return;
+    for (size_t j = 0; j < count; j += 16) {
+      if (readAheadIntoL2)
+        __builtin_prefetch(readAhead + i + j, 0, 2);  // prefetcht1
+      else
+        __builtin_prefetch(readAhead + i + j, 0, 3);  // prefetcht0
+    }
+  };
   constexpr int kFields = 32 / kRoundingBits;        // elements per 32-bit word
   constexpr uint64_t kPerBlock = 4 * kFields;         // elements per Philox call
   size_t i = 0;
@@ -544,6 +555,7 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u) {
     const __m512 half = _mm512_set1_ps(0.5f), unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
     alignas(64) uint32_t words[128];
     for (; i + kStep <= n; i += kStep) {
+      prefetch(i, kStep);
       philox32InOrder(stream, (first + i) / kPerBlock, words);
       const auto* fields = reinterpret_cast<const uint8_t*>(words);
       for (size_t j = 0; j < kStep; j += 16) {
@@ -565,6 +577,7 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u) {
   const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
   alignas(32) uint32_t words[32];
   for (; i + kStep <= n; i += kStep) {
+    prefetch(i, kStep);
     __m256i w[4];
     philox8(stream, (first + i) / kPerBlock, w);
     const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);

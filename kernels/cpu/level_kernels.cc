@@ -39,13 +39,33 @@ double blockSumSquares(const float* x, size_t n) {
 float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWireNorm(blockSumSquares(x, n), levels); }
 
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums) {
-  // One block after another. Interleaving several blocks (one accumulator each, for more independent
-  // additions) reads memory as several streams a block apart, and on the AMD EPYC of docs/notes.md the
-  // hardware prefetcher then falls behind: 16M values took 7.5 ms with 2 or 4 blocks interleaved and
-  // 3.0 ms one block at a time (a memcpy of the same 64 MiB: 7.5 ms). This pass is where qsgd's encode
-  // reads its input from memory, so the stream wins over the extra chains.
   const size_t blocks = (n + blockSize - 1) / blockSize;
-  for (size_t b = 0; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
+  size_t b = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // Four blocks at a time, one accumulator each: blockSumSquares's order within every block (so the same
+  // bits), four independent addition chains instead of one, which is what bounds the single-block loop
+  // when its input is in cache. The caller has the input there (qsgd prefetches its tile while it draws
+  // the tile's uniforms): streamed from memory, four interleaved blocks read as four streams a block
+  // apart, which the AMD EPYC's prefetcher served worse than one (docs/notes.md).
+  if (blockSize % 8 == 0)
+    for (; b + 4 <= blocks && (b + 4) * blockSize <= n; b += 4) {
+      const float* p = x + b * blockSize;
+      __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+      for (size_t i = 0; i < blockSize; i += 8)
+        for (int k = 0; k < 4; ++k) {
+          const float* q = p + k * blockSize + i;
+          const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
+          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
+          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
+        }
+      for (int k = 0; k < 4; ++k) {
+        double lane[4];
+        _mm256_storeu_pd(lane, acc[k]);
+        sums[b + k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+      }
+    }
+#endif
+  for (; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
 }
 
 float encodeQsgdBlock(const float* x, size_t n, int bits, const float* uniforms, uint8_t* codes) {

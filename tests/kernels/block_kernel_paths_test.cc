@@ -196,6 +196,38 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
               "scalar reference\n", compared, cpuPathName(GetParam()));
 }
 
+// qsgd's sums of squares, several blocks at a time (blockSumSquaresEach) against the order blockSumSquares
+// documents, written out: element i adds its exact double square to lane i mod 4 of its block, in order,
+// and the block's sum is (lane 0 + lane 1) + (lane 2 + lane 3). Bit for bit, for block sizes that take the
+// four-block loop (multiples of 8) and ones that do not, with a short last block and a non-finite value.
+TEST(BlockSumSquares, EveryBlockInAnyGroupingEqualsTheDocumentedOrder) {
+  size_t compared = 0;
+  for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{8}, size_t{24}, size_t{1000}, size_t{7}})
+    for (const size_t n : {size_t{1}, blockSize * 4, blockSize * 4 + 3, blockSize * 9 - 1, blockSize * 13 + blockSize / 2})
+      for (const bool nonFinite : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "block " << blockSize << " n " << n << " nonFinite " << nonFinite);
+        const auto x = inputs(n, n * 31 + blockSize, nonFinite);
+        const size_t blocks = (n + blockSize - 1) / blockSize;
+        std::vector<double> sums(blocks, -1.0);
+        blockSumSquaresEach(x.data(), n, blockSize, sums.data());
+        for (size_t b = 0; b < blocks; ++b) {
+          double lane[4] = {0, 0, 0, 0};
+          const size_t begin = b * blockSize, end = std::min(n, begin + blockSize);
+          for (size_t i = begin; i < end; ++i) lane[(i - begin) % 4] += static_cast<double>(x[i]) * x[i];
+          const double want = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+          const double single = blockSumSquares(x.data() + begin, end - begin);
+          ASSERT_EQ(std::isnan(sums[b]), std::isnan(want)) << "block " << b;
+          ASSERT_EQ(std::isnan(single), std::isnan(want)) << "block " << b;
+          if (!std::isnan(want)) {
+            ASSERT_EQ(std::bit_cast<uint64_t>(sums[b]), std::bit_cast<uint64_t>(want)) << "block " << b;
+            ASSERT_EQ(std::bit_cast<uint64_t>(single), std::bit_cast<uint64_t>(want)) << "block " << b;
+          }
+          ++compared;
+        }
+      }
+  EXPECT_EQ(compared, 396u);  // 6 block sizes x 5 lengths x 2, every block of each
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuPaths, LevelKernelPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2),
                          cpuPathTestName);
 
