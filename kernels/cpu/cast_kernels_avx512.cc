@@ -119,20 +119,26 @@ namespace {
 
 struct Bf16Lanes {  // an aggregate, set up inside the AVX-512 function (a constructor would lack the target)
   __m512i maxBits;
-  uint64_t saturated;
+  __m512i saturated;  // per-lane counts: one masked subtraction a step instead of kmov + popcnt + add
 };
 
-GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc) {
+// Per step: the high half of each 32-bit lane of the rounded value is the bf16 code, moved down by one
+// word permutation (a shift and vpmovdw took three uops where vpermw takes one: with two threads on one
+// core's two hyperthreads this loop is bound by its uops, not by memory; docs/notes.md).
+GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc, __m512i highWords) {
   const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
   acc.maxBits = _mm512_max_epu32(acc.maxBits, ax);
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-  const __mmask16 over = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f7f7fff));   // rounds past the max
-  const __mmask16 notNan = _mm512_cmplt_epu32_mask(ax, _mm512_set1_epi32(0x7f800001)); // finite or Inf
-  acc.saturated += static_cast<uint64_t>(__builtin_popcount(static_cast<unsigned>(over & notNan & m)));
-  const __m512i satValue = _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7f7f));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(over, rounded, satValue));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+  const __mmask16 over = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f7f7fff));  // rounds past the max
+  // Finite or Inf among the lanes that round past the max: the saturated ones.
+  const __mmask16 counted = _mm512_mask_cmplt_epu32_mask(over & m, ax, _mm512_set1_epi32(0x7f800001));
+  acc.saturated = _mm512_mask_sub_epi32(acc.saturated, counted, acc.saturated, _mm512_set1_epi32(-1));
+  // (x & sign) | 0x7f7f0000: the largest bf16 of x's sign, in the high half.
+  const __m512i satValue =
+      _mm512_ternarylogic_epi32(x, _mm512_set1_epi32(static_cast<int>(0x80000000u)), _mm512_set1_epi32(0x7f7f0000), 0xEA);
+  const __m512i codes = _mm512_permutexvar_epi16(highWords, _mm512_mask_mov_epi32(rounded, over, satValue));
+  return _mm512_castsi512_si256(codes);
 }
 
 }  // namespace
@@ -141,18 +147,31 @@ GRADCOMP_AVX512 inline __m256i bf16Lanes(__m512i x, __mmask16 m, Bf16Lanes& acc)
 // and count (+-Inf counts too, as in the scalar loop); NaN inputs also take the saturated code (the codec
 // rejects them through maxAbsBits before the payload is used).
 GRADCOMP_AVX512 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
-  Bf16Lanes acc{_mm512_setzero_si512(), 0};
+  // Word 2k + 1 (the high half of lane k) to word k, for the low 16 words.
+  const __m512i highWords = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+                                             31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
   const bool stream = streamOut && (reinterpret_cast<uintptr_t>(out) % 32 == 0);
+  __m512i maxBits = _mm512_setzero_si512();
+  uint64_t saturated = 0;
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    store16(out, i, bf16Lanes(_mm512_loadu_si512(in + i), 0xffff, acc), stream);
+  // The 32-bit lane counts are added up every 2^30 elements, far before one could wrap.
+  constexpr size_t kCountSpan = size_t{1} << 30;
+  while (i + 16 <= n) {
+    Bf16Lanes acc{maxBits, _mm512_setzero_si512()};
+    const size_t end = n - i > kCountSpan ? i + kCountSpan : n;
+    for (; i + 16 <= end; i += 16) store16(out, i, bf16Lanes(_mm512_loadu_si512(in + i), 0xffff, acc, highWords), stream);
+    maxBits = acc.maxBits;
+    saturated += static_cast<uint64_t>(_mm512_reduce_add_epi32(acc.saturated));
   }
   if (i < n) {
     const __mmask16 m = tailMask(n - i);
-    _mm256_mask_storeu_epi16(out + i, m, bf16Lanes(_mm512_maskz_loadu_epi32(m, in + i), m, acc));
+    Bf16Lanes acc{maxBits, _mm512_setzero_si512()};
+    _mm256_mask_storeu_epi16(out + i, m, bf16Lanes(_mm512_maskz_loadu_epi32(m, in + i), m, acc, highWords));
+    maxBits = acc.maxBits;
+    saturated += static_cast<uint64_t>(_mm512_reduce_add_epi32(acc.saturated));
   }
-  if (maxAbsBits) *maxAbsBits = _mm512_reduce_max_epu32(acc.maxBits);
-  return acc.saturated;
+  if (maxAbsBits) *maxAbsBits = _mm512_reduce_max_epu32(maxBits);
+  return saturated;
 }
 
 GRADCOMP_AVX512 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut) {

@@ -24,10 +24,15 @@ std::vector<float> inputs(size_t n, uint64_t seed, bool nonFinite) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(n);
-  const float specials[] = {65504.0f, 65519.0f, 65520.0f, -70000.0f, 3.3e38f, -3.39e38f, 1e-40f, -0.0f, 6e-8f};
+  // Saturation edges, subnormals, and exact round-to-nearest-even ties (random normals almost never land
+  // on one): bf16 ties 1 + 2^-8 (even below: down) and -(1 + 3 x 2^-8) (odd below: up), fp16 ties
+  // 1 + 2^-11 (down) and 1 + 3 x 2^-11 (up).
+  const float specials[] = {65504.0f, 65519.0f, 65520.0f, -70000.0f, 3.3e38f, -3.39e38f, 1e-40f, -0.0f, 6e-8f,
+                            1.00390625f, -1.01171875f, 1.00048828125f, 1.00146484375f};
+  constexpr size_t kSpecials = sizeof specials / sizeof specials[0];
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t r = rng() % 16;
-    x[i] = r == 0 ? specials[rng() % 9] : r == 1 ? normal(rng) * 1e5f : normal(rng);
+    const uint64_t r = rng() % 8;
+    x[i] = r == 0 ? specials[rng() % kSpecials] : r == 1 ? normal(rng) * 1e5f : normal(rng);
   }
   if (nonFinite && n > 0) {
     x[n / 2] = std::numeric_limits<float>::infinity();
