@@ -520,6 +520,16 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
           abandoned = true;
           return;
         }
+        // The next chunk's input toward L2 while this one is rotated and encoded (arithmetic): otherwise
+        // one thread reads a chunk with the arithmetic idle, then computes with the memory idle. rotate +
+        // int4 encode 2.35 -> 2.11x memcpy (2 threads 1.34 -> 1.23); two or four chunks ahead: the same.
+        if (c + 1 < c1) {
+          const uint64_t next = first + count, nextCount = std::min(chunk, n - next);
+          for (uint64_t j = 0; j < nextCount; j += 16) {
+            __builtin_prefetch(grad.data() + next + j, 0, 2);
+            if (withResidual) __builtin_prefetch(residualIn.data() + next + j, 0, 2);
+          }
+        }
         cpu::rotateForward(src, y.data(), count, rb, section.key, powerOfTwo(-k), first);
         for (uint64_t off = 0; off < count; off += tile) {
           const uint64_t len = std::min(tile, count - off);
