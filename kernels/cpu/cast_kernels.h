@@ -19,8 +19,8 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bo
 // streamed call, before the data is handed to another thread or the caller (an sfence).
 void fenceStreamedStores();
 
-// out[i] (=|+=) fp16 value * inversePrescale. streamOut (overwrite only): non-temporal stores where the
-// path has them (AVX-512), for outputs far larger than the caches; the caller ends with
+// out[i] (=|+=) fp16 value * inversePrescale. streamOut (overwrite only): non-temporal stores on the
+// vector paths (AVX-512, AVX2), for outputs far larger than the caches; the caller ends with
 // fenceStreamedStores().
 void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate,
                 bool streamOut = false);
