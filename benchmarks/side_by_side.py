@@ -846,7 +846,9 @@ def run_workers(tools, threads: int, a, selected) -> dict:
 
 
 def small_overhead(threads: int, repeats: int = 2000) -> list[str]:
-    """Encode + decode of small tensors, microseconds per pair (median of 5 batches of `repeats`)."""
+    """Encode + decode of small tensors, microseconds per pair (median of 5 batches of `repeats`). torch runs
+    at the same thread count (its default would split a 64K-value op over every core)."""
+    torch.set_num_threads(threads)
     lines = ["| values | fp16: torch eager | fp16: gradcomp | int8 block-256: torch eager | int8: gradcomp |",
              "|---|---|---|---|---|"]
     for n in (1024, 4096, 65536):

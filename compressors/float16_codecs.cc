@@ -71,10 +71,8 @@ class Fp16Codec final : public BlockCodec {
   uint64_t decodeTileValidated(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count,
                                float* out) const override {
     const uint16_t* codes = reinterpret_cast<const uint16_t*>(payload) + begin;
-    const size_t bad = cpu::firstNonFiniteFp16(codes, count);  // brings the tile to L1 for the decode
-    if (bad != count) return bad;
-    cpu::decodeFp16(codes, count, 1.0f / scalar::bitsToFloat(h.param), out, false, streamsDecode(h));
-    return EncodeResult::kNoIndex;
+    const size_t bad = cpu::decodeFp16Checked(codes, count, 1.0f / scalar::bitsToFloat(h.param), out, streamsDecode(h));
+    return bad != count ? bad : EncodeResult::kNoIndex;
   }
   // Also the error-feedback path's decode into an L1 scratch tile: never streamed.
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
@@ -131,10 +129,8 @@ class Bf16Codec final : public BlockCodec {
   uint64_t decodeTileValidated(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count,
                                float* out) const override {
     const uint16_t* codes = reinterpret_cast<const uint16_t*>(payload) + begin;
-    const size_t bad = cpu::firstNonFiniteBf16(codes, count);
-    if (bad != count) return bad;
-    cpu::decodeBf16(codes, count, out, false, streamsDecode(h));
-    return EncodeResult::kNoIndex;
+    const size_t bad = cpu::decodeBf16Checked(codes, count, out, streamsDecode(h));
+    return bad != count ? bad : EncodeResult::kNoIndex;
   }
   void decodeTile(const WireHeader&, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {

@@ -49,44 +49,79 @@ constexpr size_t kLaneCountSpan = size_t{1} << 30;
 
 }  // namespace
 
-uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
-#if GRADCOMP_CPU_AVX512_KERNELS
-  if (onAvx512()) return avx512::encodeFp16(in, n, prescale, out, streamOut, maxAbsBits);
-#endif
-  (void)streamOut;  // only the SIMD path streams
-  uint64_t saturated = 0;
-  uint32_t maxBits = 0;
-  size_t i = 0;
 #ifdef GRADCOMP_HAVE_F16C
-  // The hardware converter rounds to nearest even like floatToHalfBits; clamping to +-65504 first
-  // gives the same saturation (every |x| in (65504, 65520) rounds to 65504 anyway).
-  const __m256 scale = _mm256_set1_ps(prescale), hi = _mm256_set1_ps(65504.0f), lo = _mm256_set1_ps(-65504.0f);
-  const __m256 overflowAt = _mm256_set1_ps(65520.0f), absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+namespace {
+
+// 8 lanes of encodeFp16: the codes, with the input's largest |bits| and the per-lane saturation counts
+// kept in registers. The hardware converter rounds to nearest even like floatToHalfBits; clamping to
+// +-65504 first gives the same saturation (every |x| in (65504, 65520) rounds to 65504 anyway). Without
+// a pre-scale (kScaled false, the default codec) |v| is |x|: no multiply, one absolute value.
+template <bool kScaled>
+inline __m128i fp16Lanes(__m256 x, __m256 scale, __m256i& maxVec, __m256i& satLanes) {
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 ax = _mm256_and_ps(x, absMask);
+  maxVec = _mm256_max_epu32(maxVec, _mm256_castps_si256(ax));
+  const __m256 v = kScaled ? _mm256_mul_ps(x, scale) : x;
+  const __m256 av = kScaled ? _mm256_and_ps(v, absMask) : ax;
+  // A compare is -1 where true: one subtraction counts instead of movemask + popcnt + add (the loop is
+  // bound by its uops when the data is in cache or two threads share a core).
+  satLanes = _mm256_sub_epi32(satLanes, _mm256_castps_si256(_mm256_cmp_ps(av, _mm256_set1_ps(65520.0f), _CMP_GE_OQ)));
+  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-65504.0f)), _mm256_set1_ps(65504.0f));
+  return _mm256_cvtps_ph(clamped, _MM_FROUND_TO_NEAREST_INT);
+}
+
+// The vector part of encodeFp16, 16 values a step (one prefetch per cache line); returns where it
+// stopped. The lane counts are added up every kLaneCountSpan elements, long before one could wrap.
+template <bool kScaled, bool kStream>
+size_t encodeFp16Vector(const float* in, size_t n, float prescale, uint16_t* out, uint64_t& saturated,
+                        uint32_t& maxBits) {
+  const __m256 scale = _mm256_set1_ps(prescale);
   __m256i maxVec = _mm256_setzero_si256();
-  const bool vector = onAvx2();
-  while (vector && i + 8 <= n) {
-    // Saturations counted per lane (a compare is -1 where true: one subtraction a step instead of
-    // movemask + popcnt + add; the loop is bound by its uops when two threads share a core), added up
-    // every kLaneCountSpan elements, long before a lane's 32-bit count could wrap.
+  const auto store = [out](size_t i, __m128i h) {
+    if (kStream)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), h);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  };
+  size_t i = 0;
+  while (i + 8 <= n) {
     __m256i satLanes = _mm256_setzero_si256();
     const size_t end = n - i > kLaneCountSpan ? i + kLaneCountSpan : n;
-    for (; i + 8 <= end; i += 8) {
+    for (; i + 16 <= end; i += 16) {
       prefetchAhead(in + i);
-      const __m256 x = _mm256_loadu_ps(in + i);
-      maxVec = _mm256_max_epu32(maxVec, _mm256_castps_si256(_mm256_and_ps(x, absMask)));
-      __m256 v = _mm256_mul_ps(x, scale);
-      const __m256 over = _mm256_cmp_ps(_mm256_and_ps(v, absMask), overflowAt, _CMP_GE_OQ);
-      satLanes = _mm256_sub_epi32(satLanes, _mm256_castps_si256(over));
-      v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-      const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-      if (streamOut)
-        _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), h);
-      else
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+      store(i, fp16Lanes<kScaled>(_mm256_loadu_ps(in + i), scale, maxVec, satLanes));
+      store(i + 8, fp16Lanes<kScaled>(_mm256_loadu_ps(in + i + 8), scale, maxVec, satLanes));
+    }
+    if (i + 8 <= end) {
+      store(i, fp16Lanes<kScaled>(_mm256_loadu_ps(in + i), scale, maxVec, satLanes));
+      i += 8;
     }
     saturated += horizontalSum(satLanes);
   }
   maxBits = horizontalMax(maxVec);
+  return i;
+}
+
+}  // namespace
+#endif
+
+uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) return avx512::encodeFp16(in, n, prescale, out, streamOut, maxAbsBits);
+#endif
+  uint64_t saturated = 0;
+  uint32_t maxBits = 0;
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_F16C
+  if (onAvx2()) {
+    const bool scaled = prescale != 1.0f;
+    i = scaled ? (streamOut ? encodeFp16Vector<true, true>(in, n, prescale, out, saturated, maxBits)
+                            : encodeFp16Vector<true, false>(in, n, prescale, out, saturated, maxBits))
+               : (streamOut ? encodeFp16Vector<false, true>(in, n, prescale, out, saturated, maxBits)
+                            : encodeFp16Vector<false, false>(in, n, prescale, out, saturated, maxBits));
+  }
+#else
+  (void)streamOut;  // only the vector paths stream
 #endif
   for (; i < n; ++i) {
     const uint32_t a = absBits(in[i]);
@@ -97,58 +132,6 @@ uint64_t encodeFp16(const float* in, size_t n, float prescale, uint16_t* out, bo
   }
   if (maxAbsBits) *maxAbsBits = maxBits;
   return saturated;
-}
-
-#ifdef GRADCOMP_HAVE_F16C
-namespace {
-
-// out[i] (=|+=) widen(8 codes at in + i), 8 lanes a step; the scalar loop after it takes what is left.
-// Overwrite with streamOut: non-temporal stores after a scalar head that reaches a 32-byte boundary (the
-// output is far larger than the caches: a normal store first reads each line it overwrites, 64 bytes
-// read for 64 written; the codec fences once per thread). Returns the index where the vector loop stopped.
-template <typename Widen, typename Scalar>
-size_t decode8(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut, Widen widen, Scalar one) {
-  const auto codes = [in](size_t i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)); };
-  size_t i = 0;
-  if (accumulate) {
-    for (; i + 8 <= n; i += 8) {
-      prefetchAhead(in + i);
-      prefetchAhead(out + i);
-      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), widen(codes(i))));
-    }
-  } else if (streamOut) {
-    for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i) out[i] = one(in[i]);
-    for (; i + 8 <= n; i += 8) {
-      prefetchAhead(in + i);
-      _mm256_stream_ps(out + i, widen(codes(i)));
-    }
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      prefetchAhead(in + i);
-      _mm256_storeu_ps(out + i, widen(codes(i)));
-    }
-  }
-  return i;
-}
-
-}  // namespace
-#endif
-
-void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate, bool streamOut) {
-#if GRADCOMP_CPU_AVX512_KERNELS
-  if (onAvx512()) return avx512::decodeFp16(in, n, inversePrescale, out, accumulate, streamOut);
-#endif
-  const auto one = [inversePrescale](uint16_t h) { return halfBitsToFloat(h) * inversePrescale; };
-  size_t i = 0;
-#ifdef GRADCOMP_HAVE_F16C
-  const __m256 s = _mm256_set1_ps(inversePrescale);
-  if (onAvx2())
-    i = decode8(in, n, out, accumulate, streamOut, [s](__m128i h) { return _mm256_mul_ps(_mm256_cvtph_ps(h), s); },
-                one);
-#else
-  (void)streamOut;  // only the vector paths stream
-#endif
-  for (; i < n; ++i) out[i] = accumulate ? out[i] + one(in[i]) : one(in[i]);
 }
 
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits) {
@@ -211,20 +194,167 @@ uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, ui
   return saturated;
 }
 
+namespace {
+
+// No payload check (the accumulate decode and the error-feedback scratch decode: checked before).
+struct NoCheck {
+#ifdef GRADCOMP_HAVE_F16C
+  void operator()(__m128i) {}
+#endif
+  void operator()(uint16_t) {}
+  bool any() const { return false; }
+};
+
+// Whether any code has an all-ones exponent (Inf/NaN), kept while the decode reads the codes: one OR a
+// step instead of a second pass over them (the separate check was a third of a 64K-value decode).
+struct ExponentCheck {
+  explicit ExponentCheck(uint16_t expMask) : scalarMask(expMask) {}
+#ifdef GRADCOMP_HAVE_F16C
+  void operator()(__m128i h) {
+    const __m128i mask = _mm_set1_epi16(static_cast<short>(scalarMask));
+    hits = _mm_or_si128(hits, _mm_cmpeq_epi16(_mm_and_si128(h, mask), mask));
+  }
+  bool any() const { return scalarHits || !_mm_testz_si128(hits, hits); }
+  __m128i hits = _mm_setzero_si128();
+#else
+  bool any() const { return scalarHits; }
+#endif
+  void operator()(uint16_t c) { scalarHits |= (c & scalarMask) == scalarMask; }
+  uint16_t scalarMask;
+  bool scalarHits = false;
+};
+
+}  // namespace
+
+#ifdef GRADCOMP_HAVE_F16C
+namespace {
+
+// out[i] (=|+=) widen(8 codes at in + i), 8 lanes a step, every code also seen by check; the scalar loop
+// after it takes what is left. Overwrite with streamOut: non-temporal stores after a scalar head that
+// reaches a 32-byte boundary (the output is far larger than the caches: a normal store first reads
+// each line it overwrites, 64 bytes read for 64 written; the codec fences once per thread). Returns the
+// index where the vector loop stopped.
+template <typename Widen, typename Scalar, typename Check>
+size_t decode8(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut, Widen widen, Scalar one,
+               Check& check) {
+  const auto codes = [in, &check](size_t i) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    check(h);
+    return h;
+  };
+  size_t i = 0;
+  if (accumulate) {
+    for (; i + 8 <= n; i += 8) {
+      prefetchAhead(in + i);
+      prefetchAhead(out + i);
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), widen(codes(i))));
+    }
+  } else if (streamOut) {
+    for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i) {
+      check(in[i]);
+      out[i] = one(in[i]);
+    }
+    for (; i + 8 <= n; i += 8) {
+      prefetchAhead(in + i);
+      _mm256_stream_ps(out + i, widen(codes(i)));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      prefetchAhead(in + i);
+      _mm256_storeu_ps(out + i, widen(codes(i)));
+    }
+  }
+  return i;
+}
+
+struct WidenFp16 {
+  __m256 scale;
+  __m256 operator()(__m128i h) const { return _mm256_mul_ps(_mm256_cvtph_ps(h), scale); }
+};
+
+struct WidenBf16 {
+  __m256 operator()(__m128i h) const { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+};
+
+}  // namespace
+#endif
+
+namespace {
+
+// The decodes below without the AVX-512 path: vector steps where the CPU has AVX2 + F16C, then the
+// scalar rest. Returns whether check saw an Inf/NaN code.
+template <typename Check>
+bool decodeFp16Portable(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate,
+                        bool streamOut, Check& check) {
+  const auto one = [inversePrescale](uint16_t h) { return halfBitsToFloat(h) * inversePrescale; };
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_F16C
+  if (onAvx2()) i = decode8(in, n, out, accumulate, streamOut, WidenFp16{_mm256_set1_ps(inversePrescale)}, one, check);
+#else
+  (void)streamOut;  // only the vector paths stream
+#endif
+  for (; i < n; ++i) {
+    check(in[i]);
+    out[i] = accumulate ? out[i] + one(in[i]) : one(in[i]);
+  }
+  return check.any();
+}
+
+template <typename Check>
+bool decodeBf16Portable(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut, Check& check) {
+  size_t i = 0;
+#ifdef GRADCOMP_HAVE_F16C
+  if (onAvx2()) i = decode8(in, n, out, accumulate, streamOut, WidenBf16{}, bf16BitsToFloat, check);
+#else
+  (void)streamOut;  // only the vector paths stream
+#endif
+  for (; i < n; ++i) {
+    check(in[i]);
+    out[i] = accumulate ? out[i] + bf16BitsToFloat(in[i]) : bf16BitsToFloat(in[i]);
+  }
+  return check.any();
+}
+
+}  // namespace
+
+void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out, bool accumulate, bool streamOut) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) return avx512::decodeFp16(in, n, inversePrescale, out, accumulate, streamOut);
+#endif
+  NoCheck none;
+  decodeFp16Portable(in, n, inversePrescale, out, accumulate, streamOut, none);
+}
+
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (onAvx512()) return avx512::decodeBf16(in, n, out, accumulate, streamOut);
 #endif
-  size_t i = 0;
-#ifdef GRADCOMP_HAVE_F16C
-  if (onAvx2())
-    i = decode8(in, n, out, accumulate, streamOut,
-                [](__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); },
-                bf16BitsToFloat);
-#else
-  (void)streamOut;  // only the vector paths stream
+  NoCheck none;
+  decodeBf16Portable(in, n, out, accumulate, streamOut, none);
+}
+
+size_t decodeFp16Checked(const uint16_t* in, size_t n, float inversePrescale, float* out, bool streamOut) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) {  // the check first, then the decode (the AVX-512 loops keep no check)
+    const size_t bad = firstNonFiniteFp16(in, n);
+    if (bad == n) avx512::decodeFp16(in, n, inversePrescale, out, false, streamOut);
+    return bad;
+  }
 #endif
-  for (; i < n; ++i) out[i] = accumulate ? out[i] + bf16BitsToFloat(in[i]) : bf16BitsToFloat(in[i]);
+  ExponentCheck check(0x7c00);
+  return decodeFp16Portable(in, n, inversePrescale, out, false, streamOut, check) ? firstNonFiniteFp16(in, n) : n;
+}
+
+size_t decodeBf16Checked(const uint16_t* in, size_t n, float* out, bool streamOut) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) {
+    const size_t bad = firstNonFiniteBf16(in, n);
+    if (bad == n) avx512::decodeBf16(in, n, out, false, streamOut);
+    return bad;
+  }
+#endif
+  ExponentCheck check(0x7f80);
+  return decodeBf16Portable(in, n, out, false, streamOut, check) ? firstNonFiniteBf16(in, n) : n;
 }
 
 template <uint16_t kExpMask>

@@ -28,6 +28,12 @@ void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out,
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false, uint32_t* maxAbsBits = nullptr);
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut = false);
 
+// Overwrite decodes that also check the codes, for a payload not validated yet: return the index of the
+// first Inf/NaN code, or n when there is none. out is fully written only when n is returned; otherwise
+// it holds whatever was decoded (the codec zeroes it). streamOut as in decodeFp16.
+size_t decodeFp16Checked(const uint16_t* in, size_t n, float inversePrescale, float* out, bool streamOut = false);
+size_t decodeBf16Checked(const uint16_t* in, size_t n, float* out, bool streamOut = false);
+
 // Index of the first Inf/NaN code, or n.
 size_t firstNonFiniteFp16(const uint16_t* in, size_t n);
 size_t firstNonFiniteBf16(const uint16_t* in, size_t n);

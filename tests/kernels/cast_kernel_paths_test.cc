@@ -45,8 +45,8 @@ struct Encoded {
   std::vector<uint16_t> codes;
   uint64_t saturated = 0;
   uint32_t largest = 0;
-  std::vector<uint32_t> decoded, accumulated;  // bits
-  size_t firstBad = 0;
+  std::vector<uint32_t> decoded, accumulated, checkedDecoded;  // bits
+  size_t firstBad = 0, checkedFirstBad = 0;
 };
 
 template <typename T>
@@ -70,16 +70,22 @@ Encoded run(CpuPath path, bool fp16, const std::vector<float>& x, float prescale
   // The streamed overwrite decode writes at an offset of 3 floats (a masked head up to 64 bytes first).
   std::vector<float> y(x.size()), acc(x.size(), 0.25f), streamedBuffer(x.size() + 3);
   float* streamed = streamedBuffer.data() + 3;
+  // The checked decode writes at an offset of 5 floats: another alignment of its head.
+  std::vector<float> checkedBuffer(x.size() + 5);
+  float* checked = checkedBuffer.data() + 5;
   if (fp16) {
     decodeFp16(e.codes.data(), x.size(), 1.0f / prescale, streamed, false, stream);
     decodeFp16(e.codes.data(), x.size(), 1.0f / prescale, acc.data(), true);
     e.firstBad = firstNonFiniteFp16(e.codes.data(), x.size());
+    e.checkedFirstBad = decodeFp16Checked(e.codes.data(), x.size(), 1.0f / prescale, checked, stream);
   } else {
     decodeBf16(e.codes.data(), x.size(), streamed, false, stream);
     decodeBf16(e.codes.data(), x.size(), acc.data(), true);
     e.firstBad = firstNonFiniteBf16(e.codes.data(), x.size());
+    e.checkedFirstBad = decodeBf16Checked(e.codes.data(), x.size(), checked, stream);
   }
   fenceStreamedStores();
+  e.checkedDecoded = bitsOf(std::vector<float>(checked, checked + x.size()));
   std::copy(streamed, streamed + x.size(), y.begin());
   e.decoded = bitsOf(y);
   e.accumulated = bitsOf(acc);
@@ -110,6 +116,10 @@ TEST_P(CastKernelPaths, EveryLengthGivesTheScalarBytes) {
               ASSERT_EQ(got.decoded, want.decoded);
               ASSERT_EQ(got.accumulated, want.accumulated);
               ASSERT_EQ(got.firstBad, want.firstBad);
+              ASSERT_EQ(got.checkedFirstBad, want.firstBad);
+              if (got.checkedFirstBad == n) {
+                ASSERT_EQ(got.checkedDecoded, want.decoded);
+              }
             } else {
               ASSERT_GE(got.largest, 0x7f800000u);
             }
@@ -124,11 +134,17 @@ TEST_P(CastKernelPaths, TheInfNanCodeSearchFindsTheFirstOne) {
   for (const size_t n : {size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{1000}}) {
     std::vector<uint16_t> codes(n, 0x3c00);  // 1.0 in fp16
     EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n);
+    std::vector<float> out(n);
+    EXPECT_EQ(decodeFp16Checked(codes.data(), n, 1.0f, out.data()), n);
+    EXPECT_EQ(out[n - 1], 1.0f);
     codes[n - 1] = 0xfc00;  // -Inf
     EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n - 1);
+    EXPECT_EQ(decodeFp16Checked(codes.data(), n, 1.0f, out.data()), n - 1);  // the fused check finds it too
     codes[n / 3] = 0x7f81;  // a bf16 NaN, also an fp16 NaN
     EXPECT_EQ(firstNonFiniteBf16(codes.data(), n), n / 3);
     EXPECT_EQ(firstNonFiniteFp16(codes.data(), n), n / 3);
+    EXPECT_EQ(decodeBf16Checked(codes.data(), n, out.data()), n / 3);
+    EXPECT_EQ(decodeFp16Checked(codes.data(), n, 1.0f, out.data(), true), n / 3);
   }
 }
 
