@@ -102,8 +102,12 @@ EncodeContext AllreduceAlgorithm::encodeContext(const Communicator& comm, const 
 
 AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& comm, const AllreduceCall& call,
                                         const ExecContext& exec) {
-  if (exec.device == Device::Cuda && !comm.deviceBuffers())
+  // The buffer's own steps (the NaN/Inf scan, the zeros of nonfinite=skip, the average, the check's
+  // copies) run where it lives.
+  const bool onDevice = exec.device == Device::Cuda;
+  if (onDevice && !comm.deviceBuffers() && !sumsDeviceBuffers())
     return runWithHostStaging(data, exec, [&](std::span<float> host) { return run(host, comm, call, {}); });
+  if (onDevice && !comm.deviceBuffers()) requireCudaDevice(exec, "all-reduce '" + config_.algorithm + "'");
   if (comm.deviceBuffers() && config_.algorithm != "vendor")
     GRADCOMP_THROW(BackendUnavailable, "algorithm '", config_.algorithm, "' on the ", comm.transportName(),
                    " transport needs CUDA reduction and codec kernels that are not dispatched yet; use 'vendor' there, "
@@ -138,7 +142,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   double scanSeconds = 0;
   if (lossy()) {
     const auto t0 = Clock::now();
-    const uint64_t bad = firstNonFinite(data);
+    const uint64_t bad = onDevice ? firstNonFiniteOnDevice(data, exec) : firstNonFinite(data);
     if (bad != EncodeResult::kNoIndex) op.nonFiniteIndex = bad;
     scanSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -152,7 +156,11 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
                                           call.tensorId, " (seen by rank ", comm.rank(), ")"),
                            call.tensorId, bad.index);
     if (op.nonFiniteIndex != OpDescriptor::kNoNonFinite) {
-      std::fill(data.begin(), data.end(), 0.0f);  // nonfinite=skip: this rank contributes zeros
+      // nonfinite=skip: this rank contributes zeros
+      if (onDevice)
+        zeroOnDevice(data, exec);
+      else
+        std::fill(data.begin(), data.end(), 0.0f);
       report.skippedNonFinite = 1;
     }
   }
@@ -160,14 +168,17 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
   const uint64_t intra0 = t.bytesSent(LinkClass::Intra), inter0 = t.bytesSent(LinkClass::Inter);
   report.controlBytesSent = intra0 + inter0 - control0;
   std::vector<float> reference;
-  if (call.check) reference.assign(data.begin(), data.end());
+  if (call.check) reference = onDevice ? copyToHost(data, exec) : std::vector<float>(data.begin(), data.end());
 
-  sum(data, comm, {op.sequence, call.tensorId, call.step, call.rows, call.segments});
+  sum(data, comm, {op.sequence, call.tensorId, call.step, call.rows, call.segments, onDevice ? exec : ExecContext{}});
   if (config_.op == ReduceOp::Average) {
     const float p = static_cast<float>(comm.size());
-    for (float& v : data) v /= p;
+    if (onDevice)
+      divideOnDevice(data, p, exec);
+    else
+      for (float& v : data) v /= p;
   }
-  codec.errorFeedback().finish(segmentKey(call.tensorId, 0), data);
+  if (!onDevice) codec.errorFeedback().finish(segmentKey(call.tensorId, 0), data);
 
   report.bytesSentIntra = t.bytesSent(LinkClass::Intra) - intra0;
   report.bytesSentInter = t.bytesSent(LinkClass::Inter) - inter0;
@@ -192,7 +203,7 @@ AllreduceReport AllreduceAlgorithm::run(std::span<float> data, Communicator& com
       const float p = static_cast<float>(comm.size());
       for (float& v : reference) v /= p;
     }
-    report.relativeError = relativeL2(data, reference);
+    report.relativeError = onDevice ? relativeL2(copyToHost(data, exec), reference) : relativeL2(data, reference);
   }
   return report;
 }

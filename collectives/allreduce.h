@@ -82,6 +82,8 @@ struct OpContext {
   uint32_t tensorId, step;
   uint64_t rows = 0;
   std::span<const MatrixSegment> segments = {};
+  // Where `data` lives: the host, unless the algorithm sums device buffers (sumsDeviceBuffers).
+  ExecContext exec = {};
 };
 
 class AllreduceAlgorithm {
@@ -123,6 +125,10 @@ class AllreduceAlgorithm {
   virtual void loadState(std::istream& in);
   // Whether the all-reduce is lossy for finite inputs, so NaN/Inf must be found before data moves.
   virtual bool lossy() const { return !payload_.raw(); }
+  // Whether sum() takes a CUDA buffer over a host transport itself (powersgd: only its small factors
+  // cross to the host) instead of run() staging the whole buffer through the host. Such an algorithm
+  // keeps no shared-estimate error feedback in the carrier (ErrorFeedback::finish is not called).
+  virtual bool sumsDeviceBuffers() const { return false; }
 
  protected:
   explicit AllreduceAlgorithm(AllreduceConfig config);

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "collectives/allreduce.h"
 
@@ -12,5 +14,15 @@ namespace gradcomp {
 
 AllreduceReport runWithHostStaging(std::span<float> deviceData, const ExecContext& exec,
                                    const std::function<AllreduceReport(std::span<float>)>& onHost);
+
+// What AllreduceAlgorithm::run does to the buffer itself when an algorithm sums device buffers in place
+// (sumsDeviceBuffers: powersgd): on exec's device and stream, complete on return. Without CUDA compiled
+// in, BackendUnavailable.
+// Throws BackendUnavailable naming `what` unless exec's CUDA device answers.
+void requireCudaDevice(const ExecContext& exec, const std::string& what);
+uint64_t firstNonFiniteOnDevice(std::span<const float> deviceData, const ExecContext& exec);
+void zeroOnDevice(std::span<float> deviceData, const ExecContext& exec);
+void divideOnDevice(std::span<float> deviceData, float d, const ExecContext& exec);
+std::vector<float> copyToHost(std::span<const float> deviceData, const ExecContext& exec);
 
 }  // namespace gradcomp

@@ -15,6 +15,12 @@
 // a matrix with one row or column, one that would not shrink by `min_compression` ((rows + cols) x r x
 // min_compression > rows x cols, torch's _should_compress), and every tensor before step `start_iter`.
 // Bytes per rank: 2 (W-1)/W x 4 x (rows + cols) x r (the codec's size instead of 4 for fp16 / bf16).
+//
+// A CUDA buffer (ExecContext::device Cuda) over a host transport is summed where it lives: M, the residual,
+// Q's warm start and the output stay on the device and the math runs there (collectives/low_rank_math.h:
+// cuBLAS products), and only P and Q, (rows + cols) x r values per matrix, cross to the host for the ring
+// sums. The other algorithms stage the whole buffer through the host instead. A tensor's state moves to
+// where its next step runs, and a checkpoint holds the same bytes from either.
 #include <cmath>
 #include <cstring>
 #include <istream>
@@ -23,11 +29,11 @@
 #include <sstream>
 
 #include "collectives/algorithm_registry.h"
+#include "collectives/low_rank_math.h"
 #include "collectives/powersgd.h"
 #include "collectives/ring_primitives.h"
 #include "compressors/codec_spec.h"
 #include "core/error.h"
-#include "kernels/cpu/low_rank.h"
 #include "kernels/scalar/philox.h"
 
 namespace gradcomp {
@@ -57,8 +63,9 @@ LowRankOptions parseOptions(const std::string& text) {
 
 struct TensorState {
   uint64_t rows = 0, cols = 0, rank = 0;
-  std::vector<float> q;         // cols x rank, the last step's Q / W
-  std::vector<float> residual;  // rows x cols (error feedback)
+  Device where = Device::Cpu;  // whose memory q and residual are (the math that last ran this tensor)
+  MathBuffer q;                // cols x rank, the last step's Q / W
+  MathBuffer residual;         // rows x cols (error feedback; empty without)
 };
 
 // An approximately standard normal value from twelve Philox uniforms (their sum minus 6: mean 0, variance
@@ -86,6 +93,7 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     return AllreduceAlgorithm::describe() + " lowrank=" + options_.canonical + " powersgd-ef=" + efSpec_;
   }
   bool lossy() const override { return true; }
+  bool sumsDeviceBuffers() const override { return true; }
 
   void sum(std::span<float> data, Communicator& comm, const OpContext& op) override {
     const uint64_t n = data.size();
@@ -121,47 +129,60 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     }
     GRADCOMP_CHECK_ARG(covered == n, "powersgd: the segments of tensor ", op.tensorId, " cover ", covered, " of its ",
                        n, " elements");
-    // The tensors left as they are: one exact ring sum of all of them together.
+    LowRankMath& math = mathFor(op.exec);
+    // The tensors left as they are: one exact ring sum of all of them together (from the device: their
+    // elements gathered on the host).
     if (!exact.empty()) {
-      exactBuffer_.clear();
-      for (const MatrixSegment& m : exact) exactBuffer_.insert(exactBuffer_.end(), data.begin() + m.offset, data.begin() + m.offset + m.count);
-      sumRaw(exactBuffer_, comm, op, 0);
       uint64_t at = 0;
+      for (const MatrixSegment& m : exact) at += m.count;
+      exactBuffer_.resize(at);
+      at = 0;
       for (const MatrixSegment& m : exact) {
-        std::copy(exactBuffer_.begin() + at, exactBuffer_.begin() + at + m.count, data.begin() + m.offset);
+        math.download(data.data() + m.offset, m.count, exactBuffer_.data() + at);
+        at += m.count;
+      }
+      sumRaw(exactBuffer_, comm, op, 0);
+      at = 0;
+      for (const MatrixSegment& m : exact) {
+        math.upload(exactBuffer_.data() + at, m.count, data.data() + m.offset);
         at += m.count;
       }
     }
     if (parts.empty()) return;
     const bool ef = efSpec_ == "ef";
+    for (const Part& part : parts) moveState(*part.st, math);
+    // The working matrices in the math's memory: M (the bucket), P and Q; p_ and q_ are their host copies
+    // for the ring (on the host math, the same memory).
+    Work& work = math.device() == Device::Cpu ? hostWork_ : deviceWork_;
+    float* m = reserve(work.m, n, math);
     p_.resize(pTotal);
     q_.resize(qTotal);
-    m_.resize(n);
+    float* p = math.device() == Device::Cpu ? p_.data() : reserve(work.p, pTotal, math);
+    float* q = math.device() == Device::Cpu ? q_.data() : reserve(work.q, qTotal, math);
     for (const Part& part : parts) {
-      float* m = m_.data() + part.seg.offset;
-      std::copy(data.begin() + part.seg.offset, data.begin() + part.seg.offset + part.seg.count, m);
-      if (ef)
-        for (uint64_t i = 0; i < part.seg.count; ++i) m[i] += part.st->residual[i];
-      cpu::orthogonalizeColumns(part.st->q.data(), part.cols, part.r, options_.epsilon);
-      cpu::matmul(m, part.seg.rows, part.cols, part.st->q.data(), part.r, p_.data() + part.pOffset);
+      float* mPart = m + part.seg.offset;
+      math.add(data.data() + part.seg.offset, ef ? part.st->residual.get() : nullptr, part.seg.count, mPart);
+      math.orthogonalizeColumns(part.st->q.get(), part.cols, part.r, options_.epsilon);
+      math.matmul(mPart, part.seg.rows, part.cols, part.st->q.get(), part.r, p + part.pOffset);
     }
+    math.download(p, pTotal, p_.data());
     sumFactor(p_, comm, op, 2);
+    math.upload(p_.data(), pTotal, p);
     for (const Part& part : parts) {
-      float* p = p_.data() + part.pOffset;
-      cpu::orthogonalizeColumns(p, part.seg.rows, part.r, options_.epsilon);
-      cpu::matmulTransposedA(m_.data() + part.seg.offset, part.seg.rows, part.cols, p, part.r, q_.data() + part.qOffset);
+      math.orthogonalizeColumns(p + part.pOffset, part.seg.rows, part.r, options_.epsilon);
+      math.matmulTransposedA(m + part.seg.offset, part.seg.rows, part.cols, p + part.pOffset, part.r, q + part.qOffset);
     }
+    math.download(q, qTotal, q_.data());
     sumFactor(q_, comm, op, 4);
+    math.upload(q_.data(), qTotal, q);
     const float w = static_cast<float>(comm.size());
     for (const Part& part : parts) {
       float* out = data.data() + part.seg.offset;
-      const float* q = q_.data() + part.qOffset;
-      cpu::matmulTransposedB(p_.data() + part.pOffset, part.seg.rows, part.r, q, part.cols, out);
-      const float* m = m_.data() + part.seg.offset;
-      if (ef)
-        for (uint64_t i = 0; i < part.seg.count; ++i) part.st->residual[i] = m[i] - out[i] / w;
-      for (uint64_t i = 0; i < part.cols * part.r; ++i) part.st->q[i] = q[i] / w;
+      math.matmulTransposedB(p + part.pOffset, part.seg.rows, part.r, q + part.qOffset, part.cols, out);
+      if (ef) math.residual(m + part.seg.offset, out, w, part.seg.count, part.st->residual.get());
+      math.divide(q + part.qOffset, w, part.cols * part.r, part.st->q.get());
     }
+    math.finish();
   }
 
   // The matrices the prediction models: config.modelMatrices, or one square matrix of n elements.
@@ -209,8 +230,10 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     for (const auto& [id, st] : states_) {
       const uint64_t header[4] = {id, st.rows, st.cols, st.rank};
       put(header, sizeof header);
-      put(st.q.data(), st.q.size() * sizeof(float));
-      put(st.residual.data(), st.residual.size() * sizeof(float));
+      for (const MathBuffer* b : {&st.q, &st.residual}) {
+        const std::vector<float> bytes = onHost(*b, st.where);
+        put(bytes.data(), bytes.size() * sizeof(float));
+      }
     }
   }
 
@@ -236,10 +259,10 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
                              st.cols <= (uint64_t{1} << 31) && st.rows * st.cols <= (uint64_t{1} << 34),
                          "powersgd state: tensor ", header[0], " has an invalid shape ", st.rows, " x ", st.cols,
                          " rank ", st.rank, " (this algorithm's rank is ", options_.rank, ")");
-      st.q.resize(st.cols * st.rank);
-      st.residual.resize(efSpec_ == "ef" ? st.rows * st.cols : 0);
-      get(st.q.data(), st.q.size() * sizeof(float), "Q");
-      get(st.residual.data(), st.residual.size() * sizeof(float), "residual");
+      st.q = host_->allocate(st.cols * st.rank);
+      st.residual = host_->allocate(efSpec_ == "ef" ? st.rows * st.cols : 0);
+      get(st.q.get(), st.q.size * sizeof(float), "Q");
+      get(st.residual.get(), st.residual.size * sizeof(float), "residual");
       loaded[header[0]] = std::move(st);
     }
     states_ = std::move(loaded);
@@ -259,10 +282,55 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     if (st.rows == rows && st.cols == cols && st.rank == r) return st;
     GRADCOMP_CHECK_ARG(st.rows == 0, "powersgd: matrix ", segment, " of tensor ", tensorId, " was ", st.rows, " x ",
                        st.cols, " and is now ", rows, " x ", cols, " (a tensor id and segment name one matrix)");
-    st.rows = rows, st.cols = cols, st.rank = r;
-    st.q = powerSgdInitialQ(config_.seed, tensorId, segment, cols, r);
-    st.residual.assign(efSpec_ == "ef" ? rows * cols : 0, 0.0f);
+    st.rows = rows, st.cols = cols, st.rank = r, st.where = Device::Cpu;
+    const std::vector<float> q = powerSgdInitialQ(config_.seed, tensorId, segment, cols, r);
+    st.q = host_->allocate(q.size());
+    std::copy(q.begin(), q.end(), st.q.get());
+    st.residual = host_->allocate(efSpec_ == "ef" ? rows * cols : 0);
     return st;
+  }
+
+  // The math for a buffer where `exec` says: the host's, or the device math of exec's device and stream
+  // (made on first use; a call on another device or stream first brings every state back to the host).
+  LowRankMath& mathFor(const ExecContext& exec) {
+    if (exec.device == Device::Cpu) return *host_;
+    if (device_ && (deviceExec_.cudaDevice != exec.cudaDevice || deviceExec_.cudaStream != exec.cudaStream)) {
+      for (auto& entry : states_) moveState(entry.second, *host_);
+      device_.reset();
+    }
+    if (!device_) {
+      device_ = makeDeviceLowRankMath(exec);
+      deviceExec_ = exec;
+      deviceWork_ = {};
+    }
+    return *device_;
+  }
+
+  LowRankMath& mathOf(Device where) { return where == Device::Cpu ? *host_ : *device_; }
+
+  // A state's buffer as host values.
+  std::vector<float> onHost(const MathBuffer& b, Device where) {
+    std::vector<float> values(b.size);
+    mathOf(where).download(b.get(), b.size, values.data());
+    return values;
+  }
+
+  // Moves a tensor's Q and residual into `to`'s memory (through the host), bits unchanged.
+  void moveState(TensorState& st, LowRankMath& to) {
+    if (st.where == to.device()) return;
+    for (MathBuffer* b : {&st.q, &st.residual}) {
+      const std::vector<float> values = onHost(*b, st.where);
+      MathBuffer moved = to.allocate(values.size());
+      to.upload(values.data(), values.size(), moved.get());
+      *b = std::move(moved);
+    }
+    st.where = to.device();
+  }
+
+  // A working buffer of at least n floats in `math`'s memory.
+  float* reserve(MathBuffer& b, size_t n, LowRankMath& math) {
+    if (b.size < n) b = math.allocate(n);
+    return b.get();
   }
 
   void sumRaw(std::span<float> data, Communicator& comm, const OpContext& op, uint32_t phase) {
@@ -283,10 +351,19 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     ringAllgatherCoded(rc, f, payload_, config_.chunkBytes);
   }
 
+  // The working matrices of one math: M (the bucket) and, on a device, P and Q.
+  struct Work {
+    MathBuffer m, p, q;
+  };
+
   LowRankOptions options_;
   std::string efSpec_;
+  std::unique_ptr<LowRankMath> host_ = makeHostLowRankMath();
+  std::unique_ptr<LowRankMath> device_;  // made by the first call on a CUDA buffer
+  ExecContext deviceExec_;
+  Work hostWork_, deviceWork_;
   std::map<uint64_t, TensorState> states_;
-  std::vector<float> m_, p_, q_, exactBuffer_;
+  std::vector<float> p_, q_, exactBuffer_;  // the host copies the rings sum
 };
 
 }  // namespace

@@ -4,18 +4,17 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/scalar/low_rank_order.h"
+
 namespace gradcomp::cpu {
 namespace {
 
-// Every sum below runs in an order fixed by this source: a long sum in kLanes interleaved partial sums
-// (lane l takes elements l, l + kLanes, ...) added pairwise at the end, or a plain loop in index order.
-// No reassociation is allowed (no -ffast-math, -ffp-contract=off), so whatever vector width the compiler
-// uses, the bits are the same on every x86-64 CPU and build, as the codecs' and the models' math.
-constexpr size_t kLanes = 8;
-
-float laneSum(const float (&lane)[kLanes]) {
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
+// Every sum below runs in an order fixed by this source: a long sum in the kLanes interleaved partial sums
+// of kernels/scalar/low_rank_order.h (lane l takes elements l, l + kLanes, ...) added pairwise at the end,
+// or a plain loop in index order. No reassociation is allowed (no -ffast-math, -ffp-contract=off), so
+// whatever vector width the compiler uses, the bits are the same on every x86-64 CPU and build, as the
+// codecs' and the models' math, and the CUDA orthogonalization (kernels/cuda/low_rank.cu) matches them.
+constexpr size_t kLanes = scalar::kLowRankLanes;
 
 // sum_j a[j] * b[j] over n, in kLanes interleaved partial sums.
 float dot(const float* a, const float* b, size_t n) {
@@ -24,7 +23,7 @@ float dot(const float* a, const float* b, size_t n) {
   for (; j + kLanes <= n; j += kLanes)
     for (size_t l = 0; l < kLanes; ++l) lane[l] += a[j + l] * b[j + l];
   for (size_t l = 0; j < n; ++j, ++l) lane[l] += a[j] * b[j];
-  return laneSum(lane);
+  return scalar::lowRankLaneSum(lane);
 }
 
 // Column c of a row-major rows x cols matrix, copied contiguous (and back).

@@ -193,5 +193,39 @@ TEST(PowerSgd, RefusesWhatItCannotDo) {
   refused(powerSgd("rank=2,bogus=1"), "bogus");
 }
 
+
+// A CUDA buffer is summed on the device (collectives/low_rank_math.h). Where no GPU answers (CI), every
+// rank is refused with BackendUnavailable naming the algorithm and the missing device, before any data
+// moves, and the same algorithm objects then run host buffers as before; where a GPU answers, the
+// device result tracks the host math (tests/cuda/collectives_cuda_test.cc states the bound).
+TEST(PowerSgd, ACudaBufferWithoutAGpuIsRefusedClearly) {
+  const uint64_t rows = 16, cols = 12;
+  const auto reference = runSteps(powerSgd("rank=2"), 2, rows, cols, 1);
+  std::vector<std::string> errors(2);
+  testing::runRanksOk(2, [&](Communicator& comm) {
+    auto algo = AllreduceAlgorithm::make(powerSgd("rank=2"));
+    auto g = testing::normalVector(rows * cols, 1000 * static_cast<uint32_t>(comm.rank()));
+    const auto original = g;
+    ExecContext gpu;
+    gpu.device = Device::Cuda;
+    try {
+      // A host pointer stands in for the device buffer: it must not be touched when the device is missing.
+      algo->run(g, comm, {7, 0, false, rows}, gpu);
+      errors[static_cast<size_t>(comm.rank())] = "ran";
+      return;
+    } catch (const BackendUnavailable& e) {
+      errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
+    EXPECT_EQ(g, original) << "the refused call changed the buffer";
+    algo->run(g, comm, {7, 0, false, rows});
+    EXPECT_EQ(g, reference[0][static_cast<size_t>(comm.rank())]) << "the host run after the refusal";
+  });
+  for (const std::string& e : errors) {
+    if (e == "ran") GTEST_SKIP() << "a GPU answered here: the CUDA suite checks the device path";
+    EXPECT_NE(e.find("powersgd"), std::string::npos) << e;
+    EXPECT_TRUE(e.find("no CUDA device") != std::string::npos || e.find("has no CUDA") != std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp

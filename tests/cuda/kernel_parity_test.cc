@@ -10,12 +10,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/sign_kernels.h"
+#include "kernels/cpu/low_rank.h"
 #include "kernels/cuda/block_scale_kernels.cuh"
+#include "kernels/cuda/low_rank.cuh"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace gradcomp {
@@ -151,6 +155,68 @@ TEST(KernelParity, BadBlockSizesAreRefusedNotRun) {
                                          nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchEncodeFp8Blocks(x.data(), nullptr, 0, 0, scalar::Fp8Format::E4M3, nullptr, nullptr, nullptr,
                                         nullptr, nullptr, nullptr), cudaSuccess);  // n = 0: nothing to do
+}
+
+
+// PowerSGD's device math (kernels/cuda/low_rank.cuh). The orthogonalization runs the CPU's summation
+// order, so its bits are the CPU's; the cuBLAS products sum in their own order, so each output is within
+// a bound of the CPU's: |gpu - cpu| <= 4 x k x 2^-24 x sum_t |a_t b_t| (k terms, fp32 rounding of a
+// length-k dot in any order, with a factor 4 of slack; plus 1e-35 for terms that underflow), checked
+// element by element.
+TEST(KernelParity, LowRankOrthogonalizationBitsAndProductsWithinTheRoundingBound) {
+  std::string why;
+  std::unique_ptr<cuda::LowRankBlas> blas(cuda::LowRankBlas::create(nullptr, &why));
+  ASSERT_TRUE(blas) << why;
+  for (size_t rows : {size_t{1}, size_t{9}, size_t{257}, size_t{4097}})
+    for (size_t cols : {size_t{1}, size_t{2}, size_t{5}, size_t{33}}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+      for (float epsilon : {1e-8f, 0.0f}) {
+        auto a = testing::parityInput(rows * cols, rows * 7 + cols, 1.0f);
+        DeviceVector<float> d(a, 1);
+        cpu::orthogonalizeColumns(a.data(), rows, cols, epsilon);
+        ASSERT_EQ(cuda::launchOrthogonalizeColumns(d.data(), rows, cols, epsilon, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(sameBytes(d.get(), a)) << "epsilon " << epsilon;
+      }
+      // M (rows x m) with m = 3 cols + 1 inner columns, X the skinny factor.
+      const size_t m = 3 * cols + 1;
+      const auto mat = testing::parityInput(rows * m, rows + m, 1.0f);
+      const auto x = testing::parityInput(m * cols, m, 1.0f), y = testing::parityInput(rows * cols, rows, 1.0f);
+      DeviceVector<float> dM(mat, 0), dX(x, 0), dY(y, 0), dOut(std::max(rows, m) * std::max(m, cols), 0);
+      auto expectNear = [&](const std::vector<float>& cpu, const std::vector<float>& bound, const char* what) {
+        const auto gpu = dOut.get(cpu.size());
+        for (size_t i = 0; i < cpu.size(); ++i)
+          ASSERT_LE(std::fabs(gpu[i] - cpu[i]), bound[i]) << what << " element " << i << ": " << gpu[i] << " vs " << cpu[i];
+      };
+      auto magnitude = [](const std::vector<float>& v) {
+        std::vector<float> r(v.size());
+        for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
+        return r;
+      };
+      const auto absM = magnitude(mat), absX = magnitude(x), absY = magnitude(y);
+      auto scaled = [](std::vector<float> v, size_t k) {
+        for (float& e : v) e = e * 4.0f * static_cast<float>(k) * 0x1p-24f + 1e-35f;  // + underflowed terms
+        return v;
+      };
+      std::vector<float> c(rows * cols), bound(rows * cols);
+      cpu::matmul(mat.data(), rows, m, x.data(), cols, c.data());
+      cpu::matmul(absM.data(), rows, m, absX.data(), cols, bound.data());
+      ASSERT_EQ(blas->matmul(dM.data(), rows, m, dX.data(), cols, dOut.data()), "");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expectNear(c, scaled(bound, m), "M X");
+      c.assign(m * cols, 0), bound.assign(m * cols, 0);
+      cpu::matmulTransposedA(mat.data(), rows, m, y.data(), cols, c.data());
+      cpu::matmulTransposedA(absM.data(), rows, m, absY.data(), cols, bound.data());
+      ASSERT_EQ(blas->matmulTransposedA(dM.data(), rows, m, dY.data(), cols, dOut.data()), "");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expectNear(c, scaled(bound, rows), "M^T Y");
+      c.assign(rows * m, 0), bound.assign(rows * m, 0);
+      cpu::matmulTransposedB(y.data(), rows, cols, x.data(), m, c.data());
+      cpu::matmulTransposedB(absY.data(), rows, cols, absX.data(), m, bound.data());
+      ASSERT_EQ(blas->matmulTransposedB(dY.data(), rows, cols, dX.data(), m, dOut.data()), "");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expectNear(c, scaled(bound, cols), "Y X^T");
+    }
 }
 
 }  // namespace
