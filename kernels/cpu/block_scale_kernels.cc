@@ -406,46 +406,72 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
 namespace {
 
 // hi and lo 32 bits of a[i] * b (b a constant) on 8 lanes: vpmuludq multiplies the even lanes, so the
-// odd lanes are shifted down, multiplied, and the halves blended back.
+// odd lanes are shifted down, multiplied, and the high halves blended back; the low halves are one
+// vpmulld (a shift and a blend took two instructions, and the rounds are bound by instruction count:
+// int8 stochastic encode 11.7 -> 10.9 ms per 16M values on a Zen 3 EPYC).
 inline void mulHiLo8(__m256i a, __m256i b, __m256i& hi, __m256i& lo) {
   const __m256i even = _mm256_mul_epu32(a, b);                                             // lanes 0,2,4,6
   const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);                       // lanes 1,3,5,7
-  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xaa);
+  lo = _mm256_mullo_epi32(a, b);
   hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
 }
 
-// Philox4x32-10 of 8 consecutive counter blocks (block, block+1, ... in lanes 0..7): the same
-// rounds as scalar::philox4x32_10, word w of lane L in out[w][L].
-inline void philox8(const RngStream& s, uint64_t block, __m256i out[4]) {
+// The four counter words of 8 consecutive Philox blocks (block, block+1, ... in lanes 0..7).
+struct Philox8 {
+  __m256i c0, c1, c2, c3;
+};
+
+inline Philox8 philox8Counters(const RngStream& s, uint64_t block) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   // 64-bit block index + lane: low word with carry into the high word.
   const __m256i lo = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(block)), lane);
   const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lane, _mm256_set1_epi32(INT32_MIN)),
                                            _mm256_xor_si256(lo, _mm256_set1_epi32(INT32_MIN)));  // lo < lane: wrapped
-  __m256i c0 = lo;
-  __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int32_t>(block >> 32)), carry);
-  __m256i c2 = _mm256_set1_epi32(static_cast<int32_t>(s.step));
-  __m256i c3 = _mm256_set1_epi32(static_cast<int32_t>(s.tensor));
+  return {lo, _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int32_t>(block >> 32)), carry),
+          _mm256_set1_epi32(static_cast<int32_t>(s.step)), _mm256_set1_epi32(static_cast<int32_t>(s.tensor))};
+}
+
+// Philox4x32-10 on K batches of 8 lanes side by side, the same rounds as scalar::philox4x32_10 (word w of
+// lane L in c[b].cw). A round is a chain of dependent steps (multiply, blend, xor): one batch alone leaves
+// the multiplier idle between them, as on AVX-512 (philoxRounds below); docs/notes.md has the timings.
+template <int K>
+inline void philox8Rounds(const RngStream& s, Philox8 (&c)[K]) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int32_t>(0xD2511F53u));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int32_t>(0xCD9E8D57u));
   uint32_t k0 = s.k0, k1 = s.k1;
   for (int round = 0; round < 10; ++round) {
-    __m256i hi0, lo0, hi1, lo1;
-    mulHiLo8(c0, m0, hi0, lo0);
-    mulHiLo8(c2, m1, hi1, lo1);
-    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int32_t>(k0)));
-    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int32_t>(k1)));
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int32_t>(k0)), key1 = _mm256_set1_epi32(static_cast<int32_t>(k1));
+    for (int b = 0; b < K; ++b) {
+      __m256i hi0, lo0, hi1, lo1;
+      mulHiLo8(c[b].c0, m0, hi0, lo0);
+      mulHiLo8(c[b].c2, m1, hi1, lo1);
+      c[b] = {_mm256_xor_si256(_mm256_xor_si256(hi1, c[b].c1), key0), lo1,
+              _mm256_xor_si256(_mm256_xor_si256(hi0, c[b].c3), key1), lo0};
+    }
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
+}
+
+// A batch's 32 words stored in stream order (out[4L + w] is word w of lane L): a 4 x 8 transpose.
+inline void store8InOrder(const Philox8& c, uint32_t out[32]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(c.c0, c.c1), t1 = _mm256_unpackhi_epi32(c.c0, c.c1);
+  const __m256i t2 = _mm256_unpacklo_epi32(c.c2, c.c3), t3 = _mm256_unpackhi_epi32(c.c2, c.c3);
+  const __m256i r0 = _mm256_unpacklo_epi64(t0, t2), r1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i r2 = _mm256_unpacklo_epi64(t1, t3), r3 = _mm256_unpackhi_epi64(t1, t3);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(r0, r1, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(r2, r3, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), _mm256_permute2x128_si256(r0, r1, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 24), _mm256_permute2x128_si256(r2, r3, 0x31));
+}
+
+// Philox calls block .. block + 8K (K batches of 8 lanes), their 32K words in stream order.
+template <int K>
+inline void philox8InOrder(const RngStream& s, uint64_t block, uint32_t* out) {
+  Philox8 c[K];
+  for (int b = 0; b < K; ++b) c[b] = philox8Counters(s, block + 8 * static_cast<uint64_t>(b));
+  philox8Rounds(s, c);
+  for (int b = 0; b < K; ++b) store8InOrder(c[b], out + 32 * b);
 }
 
 }  // namespace
@@ -569,34 +595,31 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
   }
 #endif
 #ifdef GRADCOMP_HAVE_AVX2
-  // 8 Philox calls (8 lanes) = 32 words = 32 * kFields elements per step. The 4 x 8 transpose puts the
-  // words in stream order; stored, their fields are then the elements in order (little-endian), widened
-  // 8 at a time.
+  // K x 8 Philox calls = 32 K words = 32 K kFields elements per step, the words in stream order; stored,
+  // their fields are then the elements in order (little-endian), widened 8 at a time. kBatches steps
+  // first, then single batches for what is left.
   static_assert(kRoundingBits == 16 || kRoundingBits == 8, "the vector path widens 8- or 16-bit fields");
-  constexpr size_t kStep = 32 * kFields;
+  constexpr int kBatches = 4;
   const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
-  alignas(32) uint32_t words[32];
-  for (; i + kStep <= n; i += kStep) {
-    prefetch(i, kStep);
-    __m256i w[4];
-    philox8(stream, (first + i) / kPerBlock, w);
-    const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
-    const __m256i r0 = _mm256_unpacklo_epi64(t0, t2), r1 = _mm256_unpackhi_epi64(t0, t2);
-    const __m256i r2 = _mm256_unpacklo_epi64(t1, t3), r3 = _mm256_unpackhi_epi64(t1, t3);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(words), _mm256_permute2x128_si256(r0, r1, 0x20));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 8), _mm256_permute2x128_si256(r2, r3, 0x20));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 16), _mm256_permute2x128_si256(r0, r1, 0x31));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 24), _mm256_permute2x128_si256(r2, r3, 0x31));
-    const auto* fields = reinterpret_cast<const uint8_t*>(words);
-    for (size_t j = 0; j < kStep; j += 8) {
-      const __m128i raw = kRoundingBits == 16
-                              ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
-                              : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
-      const __m256i k = kRoundingBits == 16 ? _mm256_cvtepu16_epi32(raw) : _mm256_cvtepu8_epi32(raw);
-      _mm256_storeu_ps(u + i + j, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(k), half), unit));
+  alignas(32) uint32_t words[32 * kBatches];
+  const auto vectorSteps = [&](auto batches) {
+    constexpr int K = decltype(batches)::value;
+    constexpr size_t kStep = 32 * K * kFields;
+    for (; i + kStep <= n; i += kStep) {
+      prefetch(i, kStep);
+      philox8InOrder<K>(stream, (first + i) / kPerBlock, words);
+      const auto* fields = reinterpret_cast<const uint8_t*>(words);
+      for (size_t j = 0; j < kStep; j += 8) {
+        const __m128i raw = kRoundingBits == 16
+                                ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
+                                : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
+        const __m256i k = kRoundingBits == 16 ? _mm256_cvtepu16_epi32(raw) : _mm256_cvtepu8_epi32(raw);
+        _mm256_storeu_ps(u + i + j, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(k), half), unit));
+      }
     }
-  }
+  };
+  vectorSteps(std::integral_constant<int, kBatches>{});
+  vectorSteps(std::integral_constant<int, 1>{});
 #endif
   // One Philox call per kPerBlock elements (roundingUniform's fields, in order).
   for (; i + kPerBlock <= n; i += kPerBlock) {

@@ -44,9 +44,10 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
 }
 
 TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
-  // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length.
+  // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length:
+  // lengths around the AVX2 path's 4-batch step (256 values) and its single-batch step (64).
   for (uint64_t first : std::vector<uint64_t>{0, 3, 8, 8 * uint64_t{0xfffffff0} + 1, 8 * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
-    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 1000ul}) {
+    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 255ul, 256ul, 257ul, 1000ul, 2049ul}) {
       const auto s = RngStream::make(123456789ull, 3, 17, 5);
       std::vector<float> u(n);
       cpu::fillUniforms(s, first, n, u.data());
