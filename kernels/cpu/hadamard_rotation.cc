@@ -21,11 +21,41 @@ using namespace scalar;
 
 namespace {
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// The stages of span 1, 2 and 4 inside one register. The lower lane of each pair takes a + b and the upper
+// a - b, the scalar loop's two values: with x the lane's own value and t its partner's, x + t below and
+// (-x) + t above, which is t - x exactly (negation is exact and IEEE addition commutes). That is a sign
+// flip and one add per stage where an add, a subtract and a blend took three, and the partners come from
+// in-lane permutes for spans 1 and 2.
+inline __m256 inRegisterStages8(__m256 x) {
+  const __m256 upper1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN));
+  const __m256 upper2 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, INT32_MIN, INT32_MIN, 0, 0, INT32_MIN, INT32_MIN));
+  const __m256 upper4 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN));
+  x = _mm256_add_ps(_mm256_xor_ps(x, upper1), _mm256_permute_ps(x, 0xb1));           // lanes i ^ 1
+  x = _mm256_add_ps(_mm256_xor_ps(x, upper2), _mm256_permute_ps(x, 0x4e));           // lanes i ^ 2
+  x = _mm256_add_ps(_mm256_xor_ps(x, upper4), _mm256_permute2f128_ps(x, x, 0x01));  // lanes i ^ 4
+  return x;
+}
+
+// The stages of span 8, 16 and 32 across eight registers of 8 lanes: register k with register k ^ span / 8.
+inline void acrossRegisterStages8(__m256 (&r)[8]) {
+  for (int span = 1; span < 8; span <<= 1)
+    for (int k = 0; k < 8; ++k)
+      if (!(k & span)) {
+        const __m256 a = r[k], b = r[k + span];
+        r[k] = _mm256_add_ps(a, b);
+        r[k + span] = _mm256_sub_ps(a, b);
+      }
+}
+
+#endif
+
 // In-place unnormalized Walsh-Hadamard transform of one block (size a power of two): stage by stage,
 // the order the CUDA twin uses too. The stages of span 1, 2 and 4 run on 8-element chunks (their inner
-// loops would be 1-4 long), in registers where the build has AVX2 / AVX-512; from there on the inner
-// loop over j is contiguous and vectorizes. Every
-// output is the same a + b or a - b of the same two values as in the plain loop, so the bits do not change.
+// loops would be 1-4 long), in registers where the build has AVX2 / AVX-512 (AVX2: spans up to 32 in
+// the eight registers of a 64-element chunk); from there on the inner loop over j is contiguous and
+// vectorizes. Every output is the same a + b or a - b of the same two values as in the plain loop, so the
+// bits do not change.
 void fwht(float* v, size_t size) {
   size_t h = 1;
 #if defined(__AVX512F__)
@@ -45,38 +75,19 @@ void fwht(float* v, size_t size) {
     h = 16;
   }
 #elif defined(__AVX2__)
-  if (size >= 8) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const auto inRegister = [&lanes](__m256 x) {
-      for (int span = 1; span < 8; span <<= 1) {
-        const __m256 t = _mm256_permutevar8x32_ps(x, _mm256_xor_si256(lanes, _mm256_set1_epi32(span)));
-        const __m256 upper = _mm256_castsi256_ps(
-            _mm256_cmpeq_epi32(_mm256_and_si256(lanes, _mm256_set1_epi32(span)), _mm256_set1_epi32(span)));
-        x = _mm256_blendv_ps(_mm256_add_ps(x, t), _mm256_sub_ps(t, x), upper);
-      }
-      return x;
-    };
-    if (size >= 64) {
-      // 64 elements in 8 registers: the stages of span 1-4 inside each, then those of span 8, 16 and 32
-      // between registers (register r's partner is r ^ (span / 8)), stored once: three passes over the
-      // block fewer than one stage per pass (rotation + int4 encode on a Zen 3 EPYC: docs/notes.md).
-      for (size_t i = 0; i < size; i += 64) {
-        __m256 r[8];
-        for (int k = 0; k < 8; ++k) r[k] = inRegister(_mm256_loadu_ps(v + i + 8 * k));
-        for (int span = 1; span < 8; span <<= 1)
-          for (int k = 0; k < 8; ++k)
-            if (!(k & span)) {
-              const __m256 a = r[k], b = r[k + span];
-              r[k] = _mm256_add_ps(a, b);
-              r[k + span] = _mm256_sub_ps(a, b);
-            }
-        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(v + i + 8 * k, r[k]);
-      }
-      h = 64;
-    } else {
-      for (size_t i = 0; i < size; i += 8) _mm256_storeu_ps(v + i, inRegister(_mm256_loadu_ps(v + i)));
-      h = 8;
+  if (size >= 64) {
+    // 64 elements in 8 registers: the stages of span 1-4 inside each, then those of span 8, 16 and 32
+    // between registers, stored once: three passes over the block fewer than one stage per pass.
+    for (size_t i = 0; i < size; i += 64) {
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = inRegisterStages8(_mm256_loadu_ps(v + i + 8 * k));
+      acrossRegisterStages8(r);
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(v + i + 8 * k, r[k]);
     }
+    h = 64;
+  } else if (size >= 8) {
+    for (size_t i = 0; i < size; i += 8) _mm256_storeu_ps(v + i, inRegisterStages8(_mm256_loadu_ps(v + i)));
+    h = 8;
   }
 #endif
   if (h == 1 && size >= 8) {
@@ -300,6 +311,49 @@ void inverseBlock(const float* y, float* x, size_t size, const RngStream& s, uin
         return saturatingScale16(_mm512_castsi512_ps(f), scale);
       });
 }
+#elif defined(__AVX2__)
+// The forward rotation of one block of 64 or more elements on AVX2, the same operations on the same values
+// as the generic steps in rotateForward (so the same bits; only independent butterflies are reordered):
+// each 64-element group is loaded once, scaled and sign-flipped as it is loaded (D's signs straight from
+// the Philox word by variable shifts), taken through the stages of span 1-32 in eight registers, and
+// stored; the wider stages run over the block in memory (in L1), the last one multiplied by the norm
+// before it is stored. One pass over the input instead of the generic path's four (signs, flip, FWHT,
+// norm); docs/notes.md has the timings.
+
+void forwardBlockAvx2(const float* x, float* y, size_t size, const RngStream& s, uint64_t first, float prescale) {
+  const __m256 scale = _mm256_set1_ps(prescale), norm = _mm256_set1_ps(rotationNorm(size));
+  const __m256i signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  // Lane l of the 8 elements at bit offset b of a word: mask = word << (31 - b - l), sign bit only.
+  const __m256i laneShift = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+  const bool single = size == 64;
+  Philox4 w{};
+  for (size_t g = 0; g < size; g += 64) {
+    const uint64_t e = first + g;  // a multiple of 64: the group is half of one Philox call's 128 signs
+    if (g == 0 || (e & 127u) == 0) w = s.block(e >> 7);
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) {
+      const uint64_t ek = e + 8 * static_cast<uint64_t>(k);
+      const __m256i word = _mm256_set1_epi32(static_cast<int>(w.v[(ek & 127u) >> 5]));
+      const __m256i shift = _mm256_sub_epi32(laneShift, _mm256_set1_epi32(static_cast<int>(ek & 31u)));
+      const __m256i negative = _mm256_and_si256(_mm256_sllv_epi32(word, shift), signBit);
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + g + 8 * k), scale);
+      r[k] = inRegisterStages8(_mm256_xor_ps(v, _mm256_castsi256_ps(negative)));
+    }
+    acrossRegisterStages8(r);
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(y + g + 8 * k, single ? _mm256_mul_ps(r[k], norm) : r[k]);
+  }
+  for (size_t h = 64; h < size; h <<= 1) {
+    const bool last = 2 * h == size;
+    for (size_t i = 0; i < size; i += 2 * h)
+      for (size_t j = 0; j < h; j += 8) {
+        const __m256 a = _mm256_loadu_ps(y + i + j), b = _mm256_loadu_ps(y + i + j + h);
+        __m256 sum = _mm256_add_ps(a, b), difference = _mm256_sub_ps(a, b);
+        if (last) sum = _mm256_mul_ps(sum, norm), difference = _mm256_mul_ps(difference, norm);
+        _mm256_storeu_ps(y + i + j, sum);
+        _mm256_storeu_ps(y + i + j + h, difference);
+      }
+  }
+}
 #endif
 
 }  // namespace
@@ -311,6 +365,8 @@ void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const R
   forRotationBlocks(n, blockSize, [&](size_t start, size_t size) {
 #if defined(__AVX512F__)
     if (size >= 16) return forwardBlock(x + start, y + start, size, s, first + start, prescale);
+#elif defined(__AVX2__)
+    if (size >= 64 && (first + start) % 64 == 0) return forwardBlockAvx2(x + start, y + start, size, s, first + start, prescale);
 #endif
     signMasks(s, first + start, size, masks);
     for (size_t j = 0; j < size; ++j) y[start + j] = flipped(x[start + j] * prescale, masks[j]);
