@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -35,8 +36,12 @@ float blockAmax(const float* x, size_t n) {
   // Max of |x| bits (unsigned compare), 8 lanes, then a horizontal max: order-free, so exact.
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
   __m256i acc = _mm256_setzero_si256();
-  for (; i + 8 <= n; i += 8)
+  for (; i + 8 <= n; i += 8) {
+    // The line 2 KiB ahead is asked for: see maxAbsBitsAvx2 (a whole tensor's amax, NVFP4's first pass, is
+    // one long stream).
+    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
     acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  }
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
   for (uint32_t l : lanes) m = std::max(m, l);
@@ -344,11 +349,97 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   return scale;
 }
 
+#ifdef GRADCOMP_HAVE_AVX2
+// max |x| bits over len values, len a multiple of 8: the lanes reduced in registers.
+static inline uint32_t maxAbsBitsAvx2(const float* x, size_t len) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t i = 0; i < len; i += 8) {
+    // This first read of the block is the encoder's stream from memory, which one thread's reads outrun
+    // the hardware prefetcher on (as in cast_kernels.cc): the line 2 KiB ahead is asked for. A prefetch
+    // never faults, so the lines past the input's end cost nothing.
+    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  }
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+// Eight values' int4 codes (encodeSymmetricIntBlock's AVX2 steps: the same roundings, the same clamp), two's
+// complement in 4 bits, with the odd element's nibble moved beside the even one's: byte 0 of each 64-bit
+// lane is one packed byte.
+template <bool kStochastic>
+static inline __m256i int4PairBytes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
+  const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x), vScale);
+  __m256 q = kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u)))
+               : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+  const __m256i c = _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  return _mm256_or_si256(c, _mm256_srli_epi64(c, 28));
+}
+
+// encodeInt4Blocks for blocks of a multiple of 8 values, fused: codes go straight from registers to the
+// packed payload (the portable path writes an int8 code per value to a scratch array, masks it and packs
+// it in two more passes over memory). As the AVX-512 kernel, 16 blocks at a time in three phases (maxima,
+// scales, codes), so one block's dependent chain overlaps the next blocks' loads. Returns the values done:
+// the whole blocks (a short last block is left to the portable path).
+template <bool kStochastic>
+static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+                                   uint8_t* packed) {
+  const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f);
+  // The low dword of each 64-bit lane (its packed byte, at most 0xff) to the low 128 bits, in order;
+  // two such halves narrow to eight bytes with unsigned saturation that never saturates.
+  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  auto packed4 = [&](__m256i pairs) { return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pairs, evens)); };
+  constexpr size_t kGroup = 16;
+  uint32_t maxBits[kGroup];
+  const size_t blocks = n / blockSize;
+  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
+    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    for (size_t j = 0; j < count; ++j) maxBits[j] = maxAbsBitsAvx2(x + (g0 + j) * blockSize, blockSize);
+    for (size_t j = 0; j < count; ++j) scales[g0 + j] = blockScaleFor(bitsToFloat(maxBits[j]), 7.0f);
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize;
+      const __m256 vScale = _mm256_set1_ps(scales[g0 + j]);
+      size_t i = b0;
+      for (; i + 16 <= b0 + blockSize; i += 16) {
+        const __m128i a = packed4(int4PairBytes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi));
+        const __m128i b = packed4(int4PairBytes<kStochastic>(x + i + 8, kStochastic ? uniforms + i + 8 : nullptr, vScale, lo, hi));
+        const __m128i w = _mm_packus_epi32(a, b);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), _mm_packus_epi16(w, w));
+      }
+      if (i < b0 + blockSize) {  // a block of 16 k + 8 values: its last eight
+        const __m128i a = packed4(int4PairBytes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi));
+        const __m128i w = _mm_packus_epi32(a, a);
+        const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(w, w)));
+        std::memcpy(packed + i / 2, &word, sizeof word);
+      }
+    }
+  }
+  return blocks * blockSize;
+}
+#endif
+
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                       uint8_t* packed) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
+#endif
+#ifdef GRADCOMP_HAVE_AVX2
+  if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
+    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed)
+                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed);
+    if (done == n) return;
+    // The short last block (done is a multiple of 8, so its first value starts a byte).
+    x += done;
+    n -= done;
+    scales += done / blockSize;
+    packed += done / 2;
+    if (uniforms) uniforms += done;
+  }
 #endif
   thread_local std::vector<int8_t> buffer;
   if (buffer.size() < n) buffer.resize(n);

@@ -6,6 +6,7 @@
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/cpu_path.h"
+#include "kernels/cpu/microscaling_kernels_avx2.h"
 #include "kernels/cpu/microscaling_kernels_avx512.h"
 
 namespace gradcomp::cpu {
@@ -169,15 +170,39 @@ uint64_t encodeThenPack(size_t n, int bits, uint8_t* packed, Encode&& encode) {
 
 }  // namespace
 
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+// Runs an AVX2 encoder over the whole blocks, then `rest(x, n, packed, scaleCodes, firstBad)` (the portable
+// path) over a short last block: it starts a block, so a byte, and its firstBad is shifted back to x's
+// indices.
+template <typename Rest>
+uint64_t afterAvx2Blocks(const avx2::BlocksEncoded& whole, const float* x, size_t n, size_t blockSize, int bits,
+                         uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, Rest&& rest) {
+  if (whole.done == n) return whole.saturated;
+  const size_t d = whole.done;
+  uint64_t bad = ~uint64_t{0};
+  const uint64_t saturated = rest(x + d, n - d, packed + d * static_cast<size_t>(bits) / 8, scaleCodes + d / blockSize,
+                                  firstBad ? &bad : nullptr);
+  if (firstBad && bad != ~uint64_t{0}) *firstBad = d + bad;
+  return whole.saturated + saturated;
+}
+#endif
+
 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* packed,
                               uint8_t* scaleCodes, uint64_t* firstBad) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes, firstBad);
 #endif
-  return encodeThenPack(n, elementSpec(fmt).bits, packed, [&](uint8_t* codes) {
-    return encodeMxBlocks(x, n, blockSize, fmt, codes, scaleCodes, firstBad);
-  });
+  const int bits = elementSpec(fmt).bits;
+  auto portable = [&](const float* xs, size_t ns, uint8_t* out, uint8_t* scales, uint64_t* bad) {
+    return encodeThenPack(ns, bits, out, [&](uint8_t* codes) { return encodeMxBlocks(xs, ns, blockSize, fmt, codes, scales, bad); });
+  };
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  if (bits != 6 && blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2)
+    return afterAvx2Blocks(avx2::encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes, firstBad), x, n,
+                           blockSize, bits, packed, scaleCodes, firstBad, portable);
+#endif
+  return portable(x, n, packed, scaleCodes, firstBad);
 }
 
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
@@ -186,9 +211,15 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad);
 #endif
-  return encodeThenPack(n, 4, packed, [&](uint8_t* codes) {
-    return encodeNvfp4Blocks(x, n, blockSize, t, codes, scaleCodes, firstBad);
-  });
+  auto portable = [&](const float* xs, size_t ns, uint8_t* out, uint8_t* scales, uint64_t* bad) {
+    return encodeThenPack(ns, 4, out, [&](uint8_t* codes) { return encodeNvfp4Blocks(xs, ns, blockSize, t, codes, scales, bad); });
+  };
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2)
+    return afterAvx2Blocks(avx2::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad), x, n,
+                           blockSize, 4, packed, scaleCodes, firstBad, portable);
+#endif
+  return portable(x, n, packed, scaleCodes, firstBad);
 }
 
 namespace {

@@ -19,7 +19,9 @@ uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, scalar::Elem
                         uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 // encodeMxBlocks with the codes packed LSB-first (fmt's 8, 6 or 4 bits each) into `packed`, which starts
 // on a byte (n elements from a multiple of 4); AVX-512 where cpu_path.h selects it and blockSize is a
-// multiple of 16, else encodeMxBlocks and packBits. The same bytes either way.
+// multiple of 16, else, for 8- and 4-bit formats and blockSize a multiple of 8, the AVX2 kernels of
+// microscaling_kernels_avx2.h over the whole blocks, else encodeMxBlocks and packBits. The same bytes
+// every way.
 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* packed,
                               uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 // out[i] (=|+=) element(codes[i]) x 2^(scaleCode - 127), for one block.

@@ -1,0 +1,227 @@
+// The element conversion is microscaling_kernels.cc's branch-free ElementLane on 8 lanes, as the AVX-512
+// kernels run it on 16. AVX2 has no unsigned 32-bit compare: every compared magnitude is below 2^31
+// (the sign is masked off) and so is every threshold, so the signed compare gives the same answer.
+// Codes are packed without leaving registers: 8-bit by two unsigned narrowings, 4-bit by moving each
+// odd element's code beside the even one's within a 64-bit lane, then the same narrowings.
+#include "kernels/cpu/microscaling_kernels_avx2.h"
+
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace gradcomp::cpu::avx2 {
+namespace {
+
+using namespace scalar;
+
+// floatToElement's steps for one format, as 8-lane constants.
+struct ElementLanes {
+  __m256i absMask, rebias, magicBits, minNormal, maxBits, maxCode, overflow, one;
+  __m256 magic;
+  __m128i shift, signShift;
+  int bits;
+};
+
+ElementLanes lanesFor(const ElementSpec& s) {
+  ElementLanes l;
+  l.absMask = _mm256_set1_epi32(0x7fffffff);
+  l.rebias = _mm256_set1_epi32(
+      static_cast<int>((static_cast<uint32_t>(s.bias - 127) << 23) + ((1u << (22 - s.mantBits)) - 1u)));
+  l.magicBits = _mm256_set1_epi32(static_cast<int>(floatBits(s.subnormalMagic)));
+  l.minNormal = _mm256_set1_epi32(static_cast<int>(s.minNormalBits));
+  l.maxBits = _mm256_set1_epi32(static_cast<int>(floatBits(s.maxValue)));
+  l.maxCode = _mm256_set1_epi32(s.maxCode);
+  l.overflow = _mm256_set1_epi32(static_cast<int>(elementOverflowBits(s)));
+  l.one = _mm256_set1_epi32(1);
+  l.magic = _mm256_set1_ps(s.subnormalMagic);
+  l.shift = _mm_cvtsi32_si128(23 - s.mantBits);
+  l.signShift = _mm_cvtsi32_si128(32 - s.bits);  // bit 31 down to the code's top bit
+  l.bits = s.bits;
+  return l;
+}
+
+// The codes of 8 scaled values (one per 32-bit lane); sat counts the lanes at or past the overflow
+// midpoint.
+inline __m256i elementCodes(__m256 v, const ElementLanes& l, uint32_t& sat) {
+  const __m256i xb = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(xb, l.absMask);
+  const __m256i saturates = _mm256_cmpgt_epi32(a, _mm256_sub_epi32(l.overflow, l.one));  // a >= overflow
+  sat += static_cast<uint32_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(saturates)))));
+  const __m256i sign = _mm256_srl_epi32(_mm256_andnot_si256(l.absMask, xb), l.signShift);
+  const __m256i sub =
+      _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), l.magic)), l.magicBits);
+  const __m256i odd = _mm256_and_si256(_mm256_srl_epi32(a, l.shift), l.one);
+  const __m256i nor = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(a, l.rebias), odd), l.shift);
+  __m256i code = _mm256_blendv_epi8(nor, sub, _mm256_cmpgt_epi32(l.minNormal, a));  // a < min normal
+  code = _mm256_blendv_epi8(l.maxCode, code, _mm256_cmpgt_epi32(l.maxBits, a));    // a >= max: max code
+  code = _mm256_min_epu32(code, l.maxCode);
+  return _mm256_or_si256(sign, code);
+}
+
+// elementToFloat on 8 lanes for finite codes: sign | exponent rebiased | mantissa shifted up, or the
+// mantissa x the subnormal step for exponent 0 (NVFP4's E4M3 block scales).
+inline __m256 elementValues(__m256i c, const ElementSpec& s) {
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(1 << (s.bits - 1))), 32 - s.bits);
+  const __m256i e = _mm256_and_si256(_mm256_srli_epi32(c, s.mantBits), _mm256_set1_epi32((1 << (s.bits - 1 - s.mantBits)) - 1));
+  const __m256i mant = _mm256_and_si256(c, _mm256_set1_epi32((1 << s.mantBits) - 1));
+  const __m256i normal = _mm256_or_si256(_mm256_add_epi32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32((127 - s.bias) << 23)),
+                                         _mm256_slli_epi32(mant, 23 - s.mantBits));
+  const __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mant), _mm256_set1_ps(s.subnormalStep)));
+  const __m256i subnormal = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_blendv_epi8(normal, sub, subnormal), sign));
+}
+
+// The low dword of each 64-bit lane to the low 128 bits, in order.
+inline __m128i evenDwords(__m256i v) {
+  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+
+// Stores 16 codes (two registers of 8, each code at most 0xff) packed LSB-first: 16 bytes or 8.
+inline void store16(__m256i lo, __m256i hi, int bits, uint8_t* out) {
+  if (bits == 8) {
+    // Unsigned narrowings within 128-bit lanes leave lo's first four codes in dword 0, hi's in dword 1,
+    // lo's last four in dword 4 and hi's in dword 5: a dword permute puts them in order.
+    const __m256i w = _mm256_packus_epi32(lo, hi);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w, w), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+    return;
+  }
+  // 4 bits: the odd element's code (bits 32..35 of each 64-bit lane) beside the even one's (4..7).
+  const __m128i a = evenDwords(_mm256_or_si256(lo, _mm256_srli_epi64(lo, 28)));
+  const __m128i b = evenDwords(_mm256_or_si256(hi, _mm256_srli_epi64(hi, 28)));
+  const __m128i w = _mm_packus_epi32(a, b);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+// Stores 8 codes packed: 8 bytes or 4.
+inline void store8(__m256i c, int bits, uint8_t* out) {
+  if (bits == 8) {
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+    return;
+  }
+  const __m128i a = evenDwords(_mm256_or_si256(c, _mm256_srli_epi64(c, 28)));
+  const __m128i w = _mm_packus_epi32(a, a);
+  const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(w, w)));
+  std::memcpy(out, &word, sizeof word);
+}
+
+inline uint32_t blockMaxBits(const float* x, size_t len) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t i = 0; i < len; i += 8) {
+    // This first read of the block is the encoder's stream from memory, which one thread's reads outrun
+    // the hardware prefetcher on (as in cast_kernels.cc): the line 2 KiB ahead is asked for. A prefetch
+    // never faults, so the lines past the input's end cost nothing.
+    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  }
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
+
+// The whole blocks of x, as the AVX-512 encodeBlocks: per group of up to kGroup blocks, their maxima,
+// then `scalesOf(maxBits, count, codes, factors)` (all maxima finite) for their scale codes and factors,
+// then the element codes of x x factor (kDivide: x / factor), packed at element offset b0. The phases
+// let one block's dependent chain (a horizontal maximum, the scale rule, a broadcast) overlap the
+// next blocks' work.
+template <bool kDivide, typename ScalesOf>
+BlocksEncoded encodeBlocks(const float* x, size_t n, size_t blockSize, const ElementLanes& l, uint8_t* packed,
+                           uint8_t* scaleCodes, uint64_t* firstBad, ScalesOf&& scalesOf) {
+  BlocksEncoded r;
+  uint32_t maxBits[kGroup];
+  float factors[kGroup];
+  const size_t blocks = n / blockSize, bits = static_cast<size_t>(l.bits);
+  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
+    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    for (size_t j = 0; j < count; ++j) maxBits[j] = blockMaxBits(x + (g0 + j) * blockSize, blockSize);
+    for (size_t j = 0; j < count; ++j) {
+      if (!isFiniteBits(maxBits[j])) {
+        const size_t b0 = (g0 + j) * blockSize;
+        size_t i = 0;
+        while (isFiniteBits(absBits(x[b0 + i]))) ++i;
+        if (firstBad) *firstBad = b0 + i;
+        r.done = n;
+        return r;
+      }
+    }
+    scalesOf(maxBits, count, scaleCodes + g0, factors);
+    uint32_t sat = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize;
+      const float* xb = x + b0;
+      uint8_t* out = packed + b0 * bits / 8;
+      if (factors[j] == 0.0f) {  // an NVFP4 block below E4M3's smallest scale: every code 0
+        std::memset(out, 0, blockSize * bits / 8);
+        continue;
+      }
+      const __m256 f = _mm256_set1_ps(factors[j]);
+      auto scaled = [&](size_t i) {
+        const __m256 v = _mm256_loadu_ps(xb + i);
+        return kDivide ? _mm256_div_ps(v, f) : _mm256_mul_ps(v, f);
+      };
+      size_t i = 0;
+      for (; i + 16 <= blockSize; i += 16) {
+        const __m256i lo = elementCodes(scaled(i), l, sat);
+        const __m256i hi = elementCodes(scaled(i + 8), l, sat);
+        store16(lo, hi, l.bits, out + i * bits / 8);
+      }
+      if (i < blockSize) store8(elementCodes(scaled(i), l, sat), l.bits, out + i * bits / 8);
+    }
+    r.saturated += sat;
+  }
+  r.done = blocks * blockSize;
+  return r;
+}
+
+}  // namespace
+
+BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* packed,
+                                   uint8_t* scaleCodes, uint64_t* firstBad) {
+  const ElementSpec s = elementSpec(fmt);
+  return encodeBlocks<false>(x, n, blockSize, lanesFor(s), packed, scaleCodes, firstBad,
+                             [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors) {
+                               for (size_t j = 0; j < count; ++j) {
+                                 codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
+                                 factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
+                               }
+                             });
+}
+
+BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                      uint8_t* scaleCodes, uint64_t* firstBad) {
+  // The scale rule on 8 blocks at a time in the lanes of the element conversion with E4M3's constants:
+  // code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t) (nvfp4BlockFactor).
+  // Per block in scalar code it costs about what the block's 16 elements do.
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  const ElementLanes scaleLanes = lanesFor(e4m3);
+  const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
+  return encodeBlocks<true>(
+      x, n, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed, scaleCodes, firstBad,
+      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors) {
+        for (size_t j = 0; j < count; j += 8) {
+          alignas(32) uint32_t amax[8] = {};
+          std::memcpy(amax, maxBits + j, (count - j < 8 ? count - j : 8) * sizeof(uint32_t));
+          uint32_t unused = 0;  // a scale's saturation is not an element's
+          const __m256i c = elementCodes(
+              _mm256_div_ps(_mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(amax))), vSixT),
+              scaleLanes, unused);
+          alignas(32) uint32_t code[8];
+          alignas(32) float factor[8];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(code), c);
+          _mm256_store_ps(factor, _mm256_mul_ps(elementValues(c, e4m3), vT));
+          for (size_t k = 0; k < 8 && j + k < count; ++k) {
+            codes[j + k] = static_cast<uint8_t>(code[k]);
+            factors[j + k] = factor[k];
+          }
+        }
+      });
+}
+
+}  // namespace gradcomp::cpu::avx2
+#endif

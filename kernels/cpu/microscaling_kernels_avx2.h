@@ -1,0 +1,41 @@
+// AVX2 encoders of the 8- and 4-bit block-scaled narrow formats (MXFP8, MXFP4, NVFP4), called by
+// microscaling_kernels.cc on the avx2 path (and on the avx512 path for blocks that are a multiple of 8
+// but not of 16) for whole blocks of a multiple of 8 values: each group of blocks' maxima, scales,
+// element codes, saturation count and bit packing in registers, one pass over the input. Without them
+// the portable loops write one code byte per value to a scratch array and pack it in a second pass, and
+// at 16-32 values a block the compiler's vectorization of the element conversion stays partly scalar.
+// Same bytes as the scalar steps of kernels/scalar/element_formats.h (pinned by the golden wire hashes
+// and tests/kernels/block_kernel_paths_test.cc). MXFP6's 6-bit packing stays on the portable path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/scalar/element_formats.h"
+
+#if defined(__AVX2__)
+#define GRADCOMP_CPU_AVX2_MICROSCALING 1
+#else
+#define GRADCOMP_CPU_AVX2_MICROSCALING 0
+#endif
+
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+namespace gradcomp::cpu::avx2 {
+
+// What an encoder did: the saturations of the blocks it encoded, and how many values those blocks
+// cover (the whole blocks; the caller encodes a short last block). On a NaN/Inf it stops, sets
+// *firstBad (when given) and reports done = n, so the caller encodes nothing more.
+struct BlocksEncoded {
+  uint64_t saturated = 0;
+  size_t done = 0;
+};
+
+// encodeMxBlocksPacked / encodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0 and a
+// format of 8 or 4 bits.
+BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt,
+                                   uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad);
+BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                      uint8_t* scaleCodes, uint64_t* firstBad);
+
+}  // namespace gradcomp::cpu::avx2
+#endif
