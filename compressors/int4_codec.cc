@@ -40,15 +40,14 @@ class Int4Codec final : public BlockCodec {
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t&, bool) const override {
-    const Sections sec = sections(h);
-    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
-    float* u = nullptr;
-    if (h.flags & kFlagStochastic) {
-      u = scratchUniforms(count);
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x);
-    }
-    cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
-                          reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2);
+    encodeBlocks(h, x, begin, count, payload, ctx, nullptr);
+  }
+  // The NaN/Inf scan is the block maximum's: one pass over the tile, not two.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext& ctx, uint64_t&, bool) const override {
+    uint64_t bad = EncodeResult::kNoIndex;
+    encodeBlocks(h, x, begin, count, payload, ctx, &bad);
+    return bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override {
     return scalar::ScaleRule{.reciprocalOf = static_cast<float>(kInt4Max)};
@@ -94,6 +93,21 @@ class Int4Codec final : public BlockCodec {
 #endif
 
  private:
+  // The tile's uniforms (stochastic rounding) and blocks; firstBad as for cpu::encodeInt4Blocks, relative
+  // to the tile.
+  void encodeBlocks(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                    const EncodeContext& ctx, uint64_t* firstBad) const {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    float* u = nullptr;
+    if (h.flags & kFlagStochastic) {
+      u = scratchUniforms(count);
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x);
+    }
+    cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
+                          reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2, firstBad);
+  }
+
   bool stochastic_;
 };
 

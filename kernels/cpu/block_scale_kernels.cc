@@ -384,10 +384,10 @@ static inline __m256i int4PairBytes(const float* x, const float* u, __m256 vScal
 // packed payload (the portable path writes an int8 code per value to a scratch array, masks it and packs
 // it in two more passes over memory). As the AVX-512 kernel, 16 blocks at a time in three phases (maxima,
 // scales, codes), so one block's dependent chain overlaps the next blocks' loads. Returns the values done:
-// the whole blocks (a short last block is left to the portable path).
+// the whole blocks (a short last block is left to the portable path), or n after a NaN/Inf (firstBad set).
 template <bool kStochastic>
 static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
-                                   uint8_t* packed) {
+                                   uint8_t* packed, uint64_t* firstBad) {
   const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f);
   // The low dword of each 64-bit lane (its packed byte, at most 0xff) to the low 128 bits, in order;
   // two such halves narrow to eight bytes with unsigned saturation that never saturates.
@@ -399,6 +399,17 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
   for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
     const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
     for (size_t j = 0; j < count; ++j) maxBits[j] = maxAbsBitsAvx2(x + (g0 + j) * blockSize, blockSize);
+    if (firstBad) {
+      for (size_t j = 0; j < count; ++j) {
+        if (!isFiniteBits(maxBits[j])) {
+          const size_t b0 = (g0 + j) * blockSize;
+          size_t i = 0;
+          while (isFiniteBits(absBits(x[b0 + i]))) ++i;
+          *firstBad = b0 + i;
+          return n;
+        }
+      }
+    }
     for (size_t j = 0; j < count; ++j) scales[g0 + j] = blockScaleFor(bitsToFloat(maxBits[j]), 7.0f);
     for (size_t j = 0; j < count; ++j) {
       const size_t b0 = (g0 + j) * blockSize;
@@ -422,18 +433,36 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
 }
 #endif
 
+// The first NaN/Inf among x[0, n), or n.
+static size_t firstNonFiniteIn(const float* x, size_t n) {
+  size_t i = 0;
+  while (i < n && isFiniteBits(absBits(x[i]))) ++i;
+  return i;
+}
+
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
-                      uint8_t* packed) {
+                      uint8_t* packed, uint64_t* firstBad) {
 #if GRADCOMP_CPU_AVX512_KERNELS
-  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512) {
+    // The AVX-512 kernel assumes finite input: the scan is a pass of its own there.
+    if (firstBad) {
+      const size_t bad = firstNonFiniteIn(x, n);
+      if (bad < n) {
+        *firstBad = bad;
+        return;
+      }
+    }
     return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
+  }
 #endif
+  size_t offset = 0;  // of x within the caller's x: where the AVX2 blocks stopped
 #ifdef GRADCOMP_HAVE_AVX2
   if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
-    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed)
-                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed);
+    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed, firstBad)
+                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed, firstBad);
     if (done == n) return;
     // The short last block (done is a multiple of 8, so its first value starts a byte).
+    offset = done;
     x += done;
     n -= done;
     scales += done / blockSize;
@@ -446,7 +475,13 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
   int8_t* codes = buffer.data();  // local: see decodeInt4Blocks
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
-    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes + b0);
+    bool nonFinite = false;
+    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes + b0,
+                                            firstBad ? &nonFinite : nullptr);
+    if (nonFinite) {
+      *firstBad = offset + b0 + firstNonFiniteIn(x + b0, len);
+      return;
+    }
   }
   auto* nibbles = reinterpret_cast<uint8_t*>(codes);
   for (size_t i = 0; i < n; ++i) nibbles[i] &= 0xfu;  // two's complement in 4 bits

@@ -50,9 +50,11 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 // Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the
 // codes as two's complement nibbles, LSB-first (element 2j in the low nibble of packed[j]; a last odd
-// element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock.
+// element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock. firstBad (when
+// given): a block maximum at or past Inf means NaN/Inf in the block; *firstBad is set to the first such
+// index and the encode stops (the codes are then unspecified). Without it the input must be finite.
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
-                      uint8_t* packed);
+                      uint8_t* packed, uint64_t* firstBad = nullptr);
 // Its decoder: out (=|+=) code x fl(1 / scales[b]) (decodeInt8Block's arithmetic) from the packed nibbles.
 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,
                       bool accumulate);
