@@ -224,7 +224,7 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
 
 namespace {
 
-// The packed decoders off the AVX-512 path: the codes unpacked into a per-thread buffer, then per block.
+// The packed decoders off the vector paths: the codes unpacked into a per-thread buffer, then per block.
 template <typename DecodeBlock>
 void unpackThenDecode(const uint8_t* packed, size_t n, size_t blockSize, int bits, DecodeBlock&& decodeBlock) {
   thread_local std::vector<uint8_t> codes;
@@ -245,9 +245,20 @@ void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, Ele
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::decodeMxBlocksPacked(packed, n, blockSize, fmt, scaleCodes, out, accumulate);
 #endif
-  unpackThenDecode(packed, n, blockSize, elementSpec(fmt).bits, [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
-    decodeMxBlock(c, len, fmt, scaleCodes[block], out + b0, accumulate);
-  });
+  const int bits = elementSpec(fmt).bits;
+  size_t done = 0;
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  if (bits != 6 && blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
+    done = avx2::decodeMxBlocksPacked(packed, n, blockSize, fmt, scaleCodes, out, accumulate);
+    if (done == n) return;
+  }
+#endif
+  // The rest (all of it, or a short last block after the AVX2 blocks: it starts on a byte).
+  const uint8_t* scales = scaleCodes + done / blockSize;
+  unpackThenDecode(packed + done * static_cast<size_t>(bits) / 8, n - done, blockSize, bits,
+                   [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
+                     decodeMxBlock(c, len, fmt, scales[block], out + done + b0, accumulate);
+                   });
 }
 
 void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, const uint8_t* scaleCodes, float t,
@@ -256,8 +267,16 @@ void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, 
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::decodeNvfp4BlocksPacked(packed, n, blockSize, scaleCodes, t, out, accumulate);
 #endif
-  unpackThenDecode(packed, n, blockSize, 4, [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
-    decodeNvfp4Block(c, len, scaleCodes[block], t, out + b0, accumulate);
+  size_t done = 0;
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
+    done = avx2::decodeNvfp4BlocksPacked(packed, n, blockSize, scaleCodes, t, out, accumulate);
+    if (done == n) return;
+  }
+#endif
+  const uint8_t* scales = scaleCodes + done / blockSize;
+  unpackThenDecode(packed + done / 2, n - done, blockSize, 4, [&](const uint8_t* c, size_t len, size_t block, size_t b0) {
+    decodeNvfp4Block(c, len, scales[block], t, out + done + b0, accumulate);
   });
 }
 

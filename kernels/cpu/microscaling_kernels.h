@@ -39,8 +39,9 @@ void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t
 
 // The decoders' entry points on packed codes (as encodeMxBlocksPacked / encodeNvfp4BlocksPacked wrote
 // them, n elements from a byte) and one scale code per block: out (=|+=) element x the block's factor,
-// for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else unpacked
-// and decoded block by block; the same values either way.
+// for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else AVX2 for the
+// 8- and 4-bit formats and blockSize % 8 == 0 (microscaling_kernels_avx2.h), else unpacked and decoded
+// block by block; the same values every way.
 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                           const uint8_t* scaleCodes, float* out, bool accumulate);
 void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, const uint8_t* scaleCodes, float t,
