@@ -615,30 +615,66 @@ EncodeResult BlockCodec::encodeRotatedWhole(std::span<const float> grad, std::sp
 // decode: the codec's payload checks, its tiles into a scratch vector, the inverse rotation, and a check
 // that every value is finite before anything is written to `out` (a forged exponent or a sum of
 // maximal codes could overflow in the rotation).
+// decode: the codec's tiles give y, rotated back (x 2^k) and checked finite. A chunk of whole rotation
+// blocks and whole tiles at a time (as encodeRotated), so the decode, the rotation and the check read and
+// write the chunk in cache: one pass over memory where the whole-tensor steps took four. An overwrite
+// decodes into `out` itself (zeroed again if a value is non-finite: never a partial decode); an
+// accumulating one into per-thread scratch first, added only once every chunk is known finite.
 void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
                                const ExecContext& exec) const {
+  constexpr uint64_t kMaxChunk = uint64_t{1} << 16;
   const RotationSection section = readRotationSection(payload, name());
   const WireHeader inner = innerHeader(h);
   const std::byte* codecPayload = payload + kRotationSectionBytes;
   validatePayload(inner, codecPayload);
-  const uint64_t n = out.size(), tile = tileElements(h.blockSize), numTiles = ceilDiv(n, tile);
-  std::vector<float>& y = rotationScratch(0, n);
-  forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t) {
-    for (uint64_t t = t0; t < t1; ++t) {
-      const uint64_t begin = t * tile, count = std::min(tile, n - begin);
-      decodeTile(inner, codecPayload, begin, count, y.data() + begin, false);
-    }
-  });
+  const uint64_t n = out.size(), tile = tileElements(h.blockSize);
   const uint64_t rb = uint64_t{1} << ((h.flags & kRotationLog2Mask) >> kRotationLog2Shift);
-  cpu::rotateInverse(y.data(), y.data(), n, rb, section.key, powerOfTwo(section.exponent));
-  const uint64_t bad = firstNonFinite(std::span<const float>(y.data(), n));
-  GRADCOMP_CHECK(bad == EncodeResult::kNoIndex, DecodeError, name(), ": the rotated payload decodes to a non-finite ",
-                 "value at element ", bad, " (rotation scale 2^", section.exponent, ")");
-  if (mode == DecodeMode::Accumulate) {
-    for (uint64_t i = 0; i < n; ++i) out[i] += y[i];
+  const uint64_t chunk = std::min<uint64_t>(std::lcm(rb, tile), std::max<uint64_t>(n, 1));
+  const float postscale = powerOfTwo(section.exponent);
+  const bool accumulate = mode == DecodeMode::Accumulate;
+  // A chunk's values in y (at the chunk's tensor offsets): decoded, rotated back, scanned. Returns the
+  // first non-finite element's tensor index, or kNoIndex.
+  auto decodeChunk = [&](uint64_t first, uint64_t count, float* y) {
+    for (uint64_t off = 0; off < count; off += tile)
+      decodeTile(inner, codecPayload, first + off, std::min(tile, count - off), y + off, false);
+    cpu::rotateInverse(y, y, count, rb, section.key, postscale, first);
+    const uint64_t bad = firstNonFinite(std::span<const float>(y, count));
+    return bad == EncodeResult::kNoIndex ? bad : first + bad;
+  };
+  std::vector<uint64_t> bad(std::max(1, exec.cpuThreads), EncodeResult::kNoIndex);
+  if (chunk > kMaxChunk) {  // a rotation block past the caches: the whole tensor in one scratch
+    std::vector<float>& y = rotationScratch(0, n);
+    bad[0] = decodeChunk(0, n, y.data());
+    if (bad[0] == EncodeResult::kNoIndex) {
+      for (uint64_t i = 0; i < n; ++i) out[i] = accumulate ? out[i] + y[i] : y[i];
+    }
+  } else if (!accumulate) {
+    forTileRanges(ceilDiv(n, chunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t thread) {
+      for (uint64_t c = c0; c < c1 && bad[thread] == EncodeResult::kNoIndex; ++c) {
+        const uint64_t first = c * chunk;
+        bad[thread] = decodeChunk(first, std::min(chunk, n - first), out.data() + first);
+      }
+    });
+    if (*std::min_element(bad.begin(), bad.end()) != EncodeResult::kNoIndex) std::fill(out.begin(), out.end(), 0.0f);
   } else {
-    std::copy(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n), out.begin());
+    // The tensor is decoded into scratch (every chunk checked) before the first value is added to out.
+    std::vector<float>& y = rotationScratch(0, n);
+    forTileRanges(ceilDiv(n, chunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t thread) {
+      for (uint64_t c = c0; c < c1 && bad[thread] == EncodeResult::kNoIndex; ++c) {
+        const uint64_t first = c * chunk;
+        bad[thread] = decodeChunk(first, std::min(chunk, n - first), y.data() + first);
+      }
+    });
+    if (*std::min_element(bad.begin(), bad.end()) == EncodeResult::kNoIndex) {
+      forTileRanges(ceilDiv(n, chunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t) {
+        const uint64_t begin = c0 * chunk, end = std::min(n, c1 * chunk);
+        for (uint64_t i = begin; i < end; ++i) out[i] += y[i];
+      });
+    }
   }
+  const uint64_t first = *std::min_element(bad.begin(), bad.end());
+  GRADCOMP_CHECK(first == EncodeResult::kNoIndex, DecodeError, name(), ": the rotated payload decodes to a non-finite ",
+                 "value at element ", first, " (rotation scale 2^", section.exponent, ")");
 }
 
 uint64_t BlockCodec::DeviceCheck::blocks() const { return h.blockSize ? ceilDiv(h.numElements, uint64_t{h.blockSize}) : 0; }

@@ -312,6 +312,42 @@ void inverseBlock(const float* y, float* x, size_t size, const RngStream& s, uin
       });
 }
 #elif defined(__AVX2__)
+// The FWHT's stages of span 64 .. size / 2 over v in memory (in L1), two at a time (spans h and 2h over
+// four vectors at j, j + h, j + 2h, j + 3h: the same sums and differences of the same values as two
+// separate stages, with one load and one store per vector instead of two), then a last single stage
+// when their count is odd. The last stage's outputs go through `last(v, element)` before they are stored.
+template <typename Last>
+void wideStagesAvx2(float* v, size_t size, Last&& last) {
+  size_t h = 64;
+  for (; 4 * h <= size; h <<= 2) {
+    const bool final = 4 * h == size;
+    for (size_t i = 0; i < size; i += 4 * h)
+      for (size_t j = i; j < i + h; j += 8) {
+        float* p = v + j;
+        const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + h);
+        const __m256 c = _mm256_loadu_ps(p + 2 * h), d = _mm256_loadu_ps(p + 3 * h);
+        const __m256 ab = _mm256_add_ps(a, b), aMinusB = _mm256_sub_ps(a, b);
+        const __m256 cd = _mm256_add_ps(c, d), cMinusD = _mm256_sub_ps(c, d);
+        __m256 o0 = _mm256_add_ps(ab, cd), o1 = _mm256_add_ps(aMinusB, cMinusD);
+        __m256 o2 = _mm256_sub_ps(ab, cd), o3 = _mm256_sub_ps(aMinusB, cMinusD);
+        if (final) {
+          o0 = last(o0, j), o1 = last(o1, j + h), o2 = last(o2, j + 2 * h), o3 = last(o3, j + 3 * h);
+        }
+        _mm256_storeu_ps(p, o0);
+        _mm256_storeu_ps(p + h, o1);
+        _mm256_storeu_ps(p + 2 * h, o2);
+        _mm256_storeu_ps(p + 3 * h, o3);
+      }
+  }
+  if (h < size) {  // 2h == size
+    for (size_t j = 0; j < h; j += 8) {
+      const __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+      _mm256_storeu_ps(v + j, last(_mm256_add_ps(a, b), j));
+      _mm256_storeu_ps(v + j + h, last(_mm256_sub_ps(a, b), j + h));
+    }
+  }
+}
+
 // The forward rotation of one block of 64 or more elements on AVX2, the same operations on the same values
 // as the generic steps in rotateForward (so the same bits; only independent butterflies are reordered):
 // each 64-element group is loaded once, scaled and sign-flipped as it is loaded (D's signs straight from
@@ -323,35 +359,86 @@ void inverseBlock(const float* y, float* x, size_t size, const RngStream& s, uin
 void forwardBlockAvx2(const float* x, float* y, size_t size, const RngStream& s, uint64_t first, float prescale) {
   const __m256 scale = _mm256_set1_ps(prescale), norm = _mm256_set1_ps(rotationNorm(size));
   const __m256i signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  // Lane l of the 8 elements at bit offset b of a word: mask = word << (31 - b - l), sign bit only.
+  // Lane l of the 8 elements at bit offset b of a word: mask = word << (31 - b - l), sign bit only. A
+  // 64-element group starts a word's half of a Philox call, so register k's elements sit at bit offset
+  // 8 (k mod 4) of the group's word k / 4: four fixed shift vectors.
   const __m256i laneShift = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+  const __m256i shifts[4] = {laneShift, _mm256_sub_epi32(laneShift, _mm256_set1_epi32(8)),
+                             _mm256_sub_epi32(laneShift, _mm256_set1_epi32(16)),
+                             _mm256_sub_epi32(laneShift, _mm256_set1_epi32(24))};
   const bool single = size == 64;
   Philox4 w{};
   for (size_t g = 0; g < size; g += 64) {
     const uint64_t e = first + g;  // a multiple of 64: the group is half of one Philox call's 128 signs
     if (g == 0 || (e & 127u) == 0) w = s.block(e >> 7);
+    const size_t word0 = (e & 127u) >> 5;  // 0 or 2
+    const __m256i words[2] = {_mm256_set1_epi32(static_cast<int>(w.v[word0])),
+                              _mm256_set1_epi32(static_cast<int>(w.v[word0 + 1]))};
     __m256 r[8];
     for (int k = 0; k < 8; ++k) {
-      const uint64_t ek = e + 8 * static_cast<uint64_t>(k);
-      const __m256i word = _mm256_set1_epi32(static_cast<int>(w.v[(ek & 127u) >> 5]));
-      const __m256i shift = _mm256_sub_epi32(laneShift, _mm256_set1_epi32(static_cast<int>(ek & 31u)));
-      const __m256i negative = _mm256_and_si256(_mm256_sllv_epi32(word, shift), signBit);
+      const __m256i negative = _mm256_and_si256(_mm256_sllv_epi32(words[k >> 2], shifts[k & 3]), signBit);
       const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + g + 8 * k), scale);
       r[k] = inRegisterStages8(_mm256_xor_ps(v, _mm256_castsi256_ps(negative)));
     }
     acrossRegisterStages8(r);
     for (int k = 0; k < 8; ++k) _mm256_storeu_ps(y + g + 8 * k, single ? _mm256_mul_ps(r[k], norm) : r[k]);
   }
-  for (size_t h = 64; h < size; h <<= 1) {
-    const bool last = 2 * h == size;
-    for (size_t i = 0; i < size; i += 2 * h)
-      for (size_t j = 0; j < h; j += 8) {
-        const __m256 a = _mm256_loadu_ps(y + i + j), b = _mm256_loadu_ps(y + i + j + h);
-        __m256 sum = _mm256_add_ps(a, b), difference = _mm256_sub_ps(a, b);
-        if (last) sum = _mm256_mul_ps(sum, norm), difference = _mm256_mul_ps(difference, norm);
-        _mm256_storeu_ps(y + i + j, sum);
-        _mm256_storeu_ps(y + i + j + h, difference);
+  wideStagesAvx2(y, size, [&](__m256 v, size_t) { return _mm256_mul_ps(v, norm); });
+}
+
+// saturatingScale on 8 lanes: a finite value whose product overflows becomes +-FLT_MAX (every compared
+// magnitude is below 2^31, so the signed compare is the unsigned one).
+inline __m256 saturatingScale8(__m256 v, __m256 scale) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), infBits = _mm256_set1_epi32(0x7f800000);
+  const __m256 r = _mm256_mul_ps(v, scale);
+  const __m256i vi = _mm256_castps_si256(v), ri = _mm256_castps_si256(r);
+  const __m256i overflowed = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(ri, absMask), infBits),
+                                              _mm256_cmpgt_epi32(infBits, _mm256_and_si256(vi, absMask)));
+  const __m256i saturated = _mm256_or_si256(_mm256_andnot_si256(absMask, vi), _mm256_set1_epi32(0x7f7fffff));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(ri, saturated, overflowed));
+}
+
+// The inverse rotation of one block of 64 or more elements on AVX2, rotateInverse's generic steps on the
+// same values (FWHT stage by stage, then x norm, D's sign, x postscale saturating): 64-element groups
+// through spans 1-32 in registers, the wider stages in memory (in L1), and the element-wise end folded
+// into the last stage's stores. The generic path takes four passes and a scalar saturation test per
+// element.
+void inverseBlockAvx2(const float* y, float* x, size_t size, const RngStream& s, uint64_t first, float postscale) {
+  const __m256 scale = _mm256_set1_ps(postscale), norm = _mm256_set1_ps(rotationNorm(size));
+  const __m256i signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i laneShift = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+  // D's signs as 32-bit words, word k for elements first + 32k .. + 31 (first a multiple of 64).
+  uint32_t words[8192 / 32];
+  for (size_t j = 0; j < size; j += 128) {
+    const Philox4 w = s.block((first + j) >> 7);
+    for (size_t k = j; k < size && k < j + 128; k += 32) words[k / 32] = w.v[((first + k) & 127u) >> 5];
+  }
+  // x = saturatingScale(flipped(v x norm, D), postscale) for the transform's output v at element j. A
+  // postscale of 1 (2^0: every tensor below 2^100) leaves every value as it is and never overflows, so
+  // the product and the saturation test are skipped there.
+  auto flippedAt = [&](__m256 v, size_t j) {
+    const __m256i shift = _mm256_sub_epi32(laneShift, _mm256_set1_epi32(static_cast<int>(j & 31u)));
+    const __m256i negative =
+        _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(words[j / 32])), shift), signBit);
+    return _mm256_xor_ps(_mm256_mul_ps(v, norm), _mm256_castsi256_ps(negative));
+  };
+  auto run = [&](auto finish) {
+    const bool single = size == 64;
+    for (size_t g = 0; g < size; g += 64) {
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = inRegisterStages8(_mm256_loadu_ps(y + g + 8 * k));
+      acrossRegisterStages8(r);
+      for (int k = 0; k < 8; ++k) {
+        const size_t j = g + 8 * static_cast<size_t>(k);
+        _mm256_storeu_ps(x + j, single ? finish(r[k], j) : r[k]);
       }
+    }
+    wideStagesAvx2(x, size, finish);
+  };
+  if (postscale == 1.0f) {
+    run(flippedAt);
+  } else {
+    run([&](__m256 v, size_t j) { return saturatingScale8(flippedAt(v, j), scale); });
   }
 }
 #endif
@@ -383,6 +470,9 @@ void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const R
   forRotationBlocks(n, blockSize, [&](size_t start, size_t size) {
 #if defined(__AVX512F__)
     if (size >= 16) return inverseBlock(y + start, x + start, size, s, first + start, postscale);
+#elif defined(__AVX2__)
+    if (size >= 64 && (first + start) % 64 == 0)
+      return inverseBlockAvx2(y + start, x + start, size, s, first + start, postscale);
 #endif
     if (x != y) std::copy(y + start, y + start + size, x + start);
     fwht(x + start, size);

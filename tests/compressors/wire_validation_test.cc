@@ -285,6 +285,25 @@ TEST(PayloadValidation, RotationFieldsAreValidated) {
   EXPECT_THROW(makeCompressor("int8:rotate=hadamard,rblock=16384"), InvalidArgument);
 }
 
+// Every code and scale of this payload is valid, but the inverse rotation's butterflies overflow: the
+// smallest scale whose largest code still decodes finite (7 x fl(1 / s) just below FLT_MAX) under every
+// code +7, so y = 2.98e38 everywhere and y0 + y1 = Inf. An encoder never writes it (it keeps |y| below
+// 2^101), and the decoder reports it, in both modes, before anything reaches out (the chunked decode:
+// several chunks, the bad one not the first).
+TEST(PayloadValidation, RotatedPayloadWhoseInverseOverflowsIsRejected) {
+  const size_t n = 8192;
+  const std::vector<float> x = normalVector(n, 5);
+  auto c = makeCompressor("int4:rotate=hadamard,rblock=256");
+  auto w = encodeToVector(*c, x);
+  const size_t payload = kWireHeaderBytes + 32;  // after the header and the rotation section
+  const size_t blocks = n / 64, codes = payload + blocks * 4;
+  const float tiny = 8.0f / FLT_MAX;
+  ASSERT_TRUE(std::isfinite(7.0f * (1.0f / tiny)));
+  for (size_t b = 100; b < 104; ++b) poke(w, payload + 4 * b, tiny);  // elements 6400 .. 6655
+  for (size_t i = 6400 / 2; i < 6656 / 2; ++i) w[codes + i] = std::byte{0x77};
+  expectRejected(*c, w, n, "the rotated payload decodes to a non-finite value at element 6400");
+}
+
 TEST(PayloadValidation, Fp8FlavourMismatchNamesBoth) {
   auto c = makeCompressor("fp8-e4m3");
   auto w = encodeToVector(*c, normalVector(8, 8));

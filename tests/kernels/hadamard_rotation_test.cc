@@ -4,6 +4,7 @@
 // tensor of any length with power-of-two blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -122,6 +123,33 @@ std::vector<float> referenceForward(const std::vector<float>& x, size_t b, const
   return y;
 }
 
+// The inverse by its definition, one element at a time: the butterflies stage by stage on y, then x 1/sqrt(size),
+// D's sign, and x postscale saturated to +-FLT_MAX where a finite value's product overflows.
+std::vector<float> referenceInverse(const std::vector<float>& y, size_t b, const scalar::RotationKey& key,
+                                    float postscale) {
+  const auto s = scalar::rotationStream(key);
+  std::vector<float> x = y;
+  for (size_t start = 0; start < x.size();) {
+    const scalar::RotationBlock blk = scalar::rotationBlockOf(start, x.size(), b);
+    float* v = x.data() + blk.start;
+    for (size_t h = 1; h < blk.size; h <<= 1)
+      for (size_t i = 0; i < blk.size; i += 2 * h)
+        for (size_t j = i; j < i + h; ++j) {
+          const float a = v[j], c = v[j + h];
+          v[j] = a + c;
+          v[j + h] = a - c;
+        }
+    for (size_t j = 0; j < blk.size; ++j) {
+      float u = v[j] * scalar::rotationNorm(blk.size);
+      if (scalar::rotationSignNegative(s, blk.start + j)) u = -u;
+      const float r = u * postscale;
+      v[j] = std::isinf(r) && std::isfinite(u) ? std::copysign(FLT_MAX, u) : r;
+    }
+    start = blk.start + blk.size;
+  }
+  return x;
+}
+
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -135,6 +163,22 @@ TEST(HadamardRotation, EveryBlockSizeGivesTheDefinitionsBitsAndAChunkRotatesAsIn
       std::vector<float> y(n);
       rotateForward(x.data(), y.data(), n, b, key, 0.5f);
       ASSERT_TRUE(sameBits(y, referenceForward(x, b, key, 0.5f)));
+      std::vector<float> inverse(n);
+      for (const float postscale : {1.0f, 2.0f}) {  // 2^0 (the usual tensor) and a scaled one
+        rotateInverse(y.data(), inverse.data(), n, b, key, postscale);
+        ASSERT_TRUE(sameBits(inverse, referenceInverse(y, b, key, postscale)));
+      }
+      // Large values and a postscale that overflows some of them (the butterflies' sums stay finite): the
+      // saturation lane by lane.
+      std::vector<float> big(n), bigOut(n);
+      for (size_t i = 0; i < n; ++i) big[i] = i % 5 == 1 ? 5e35f * x[i] : x[i];
+      rotateInverse(big.data(), bigOut.data(), n, b, key, 0x1p12f);
+      const auto bigWant = referenceInverse(big, b, key, 0x1p12f);
+      ASSERT_TRUE(std::all_of(bigWant.begin(), bigWant.end(), [](float v) { return std::isfinite(v); }));
+      if (b >= 64) {
+        ASSERT_TRUE(std::any_of(bigWant.begin(), bigWant.end(), [](float v) { return std::fabs(v) == FLT_MAX; }));
+      }
+      ASSERT_TRUE(sameBits(bigOut, bigWant));
       // A chunk starting on a block boundary (a middle one of whole blocks, then the rest with the tail).
       if (n >= 2 * b) {
         const size_t first = b, count = n - b;
