@@ -1,5 +1,6 @@
 #include "kernels/cpu/block_scale_kernels.h"
 
+#include "kernels/cpu/avx2_block_max.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
@@ -37,7 +38,7 @@ float blockAmax(const float* x, size_t n) {
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
   __m256i acc = _mm256_setzero_si256();
   for (; i + 8 <= n; i += 8) {
-    // The line 2 KiB ahead is asked for: see maxAbsBitsAvx2 (a whole tensor's amax, NVFP4's first pass, is
+    // The line 2 KiB ahead is asked for: see blockMaxAbsBitsAvx2 (a whole tensor's amax, NVFP4's first pass, is
     // one long stream).
     if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
     acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
@@ -350,23 +351,6 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 }
 
 #ifdef GRADCOMP_HAVE_AVX2
-// max |x| bits over len values, len a multiple of 8: the lanes reduced in registers.
-static inline uint32_t maxAbsBitsAvx2(const float* x, size_t len) {
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-  __m256i acc = _mm256_setzero_si256();
-  for (size_t i = 0; i < len; i += 8) {
-    // This first read of the block is the encoder's stream from memory, which one thread's reads outrun
-    // the hardware prefetcher on (as in cast_kernels.cc): the line 2 KiB ahead is asked for. A prefetch
-    // never faults, so the lines past the input's end cost nothing.
-    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
-    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
-  }
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
-}
-
 // Eight values' int4 codes (encodeSymmetricIntBlock's AVX2 steps: the same roundings, the same clamp), two's
 // complement in 4 bits, with the odd element's nibble moved beside the even one's: byte 0 of each 64-bit
 // lane is one packed byte.
@@ -398,7 +382,7 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
   const size_t blocks = n / blockSize;
   for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
     const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
-    for (size_t j = 0; j < count; ++j) maxBits[j] = maxAbsBitsAvx2(x + (g0 + j) * blockSize, blockSize);
+    for (size_t j = 0; j < count; ++j) maxBits[j] = blockMaxAbsBitsAvx2(x + (g0 + j) * blockSize, blockSize);
     if (firstBad) {
       for (size_t j = 0; j < count; ++j) {
         if (!isFiniteBits(maxBits[j])) {

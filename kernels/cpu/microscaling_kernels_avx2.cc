@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx2_block_max.h"
+
 namespace gradcomp::cpu::avx2 {
 namespace {
 
@@ -107,22 +109,6 @@ inline void store8(__m256i c, int bits, uint8_t* out) {
   std::memcpy(out, &word, sizeof word);
 }
 
-inline uint32_t blockMaxBits(const float* x, size_t len) {
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-  __m256i acc = _mm256_setzero_si256();
-  for (size_t i = 0; i < len; i += 8) {
-    // This first read of the block is the encoder's stream from memory, which one thread's reads outrun
-    // the hardware prefetcher on (as in cast_kernels.cc): the line 2 KiB ahead is asked for. A prefetch
-    // never faults, so the lines past the input's end cost nothing.
-    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
-    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
-  }
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
-}
-
 constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
 
 // The whole blocks of x, as the AVX-512 encodeBlocks: per group of up to kGroup blocks, their maxima,
@@ -139,7 +125,7 @@ BlocksEncoded encodeBlocks(const float* x, size_t n, size_t blockSize, const Ele
   const size_t blocks = n / blockSize, bits = static_cast<size_t>(l.bits);
   for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
     const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
-    for (size_t j = 0; j < count; ++j) maxBits[j] = blockMaxBits(x + (g0 + j) * blockSize, blockSize);
+    for (size_t j = 0; j < count; ++j) maxBits[j] = blockMaxAbsBitsAvx2(x + (g0 + j) * blockSize, blockSize);
     for (size_t j = 0; j < count; ++j) {
       if (!isFiniteBits(maxBits[j])) {
         const size_t b0 = (g0 + j) * blockSize;

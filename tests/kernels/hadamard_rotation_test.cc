@@ -96,6 +96,17 @@ TEST(HadamardRotation, BlocksCoverAnyLengthWithPowersOfTwo) {
   EXPECT_FLOAT_EQ(scalar::rotationNorm(128), 1.0f / std::sqrt(128.0f));
 }
 
+// The unnormalized Walsh-Hadamard butterflies stage by stage: a' = a + b, b' = a - b.
+void referenceButterflies(float* v, size_t size) {
+  for (size_t h = 1; h < size; h <<= 1)
+    for (size_t i = 0; i < size; i += 2 * h)
+      for (size_t j = i; j < i + h; ++j) {
+        const float a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+}
+
 // The definition's operations in the definition's order, one element at a time: each block's x x prescale
 // with D's sign, the butterflies stage by stage (a' = a + b, b' = a - b), then x 1/sqrt(size). The kernels
 // (whichever vector path this build compiles) must give exactly these bits.
@@ -110,13 +121,7 @@ std::vector<float> referenceForward(const std::vector<float>& x, size_t b, const
       const float p = x[blk.start + j] * prescale;
       v[j] = scalar::rotationSignNegative(s, blk.start + j) ? -p : p;
     }
-    for (size_t h = 1; h < blk.size; h <<= 1)
-      for (size_t i = 0; i < blk.size; i += 2 * h)
-        for (size_t j = i; j < i + h; ++j) {
-          const float a = v[j], c = v[j + h];
-          v[j] = a + c;
-          v[j + h] = a - c;
-        }
+    referenceButterflies(v, blk.size);
     for (size_t j = 0; j < blk.size; ++j) v[j] *= scalar::rotationNorm(blk.size);
     start = blk.start + blk.size;
   }
@@ -132,13 +137,7 @@ std::vector<float> referenceInverse(const std::vector<float>& y, size_t b, const
   for (size_t start = 0; start < x.size();) {
     const scalar::RotationBlock blk = scalar::rotationBlockOf(start, x.size(), b);
     float* v = x.data() + blk.start;
-    for (size_t h = 1; h < blk.size; h <<= 1)
-      for (size_t i = 0; i < blk.size; i += 2 * h)
-        for (size_t j = i; j < i + h; ++j) {
-          const float a = v[j], c = v[j + h];
-          v[j] = a + c;
-          v[j + h] = a - c;
-        }
+    referenceButterflies(v, blk.size);
     for (size_t j = 0; j < blk.size; ++j) {
       float u = v[j] * scalar::rotationNorm(blk.size);
       if (scalar::rotationSignNegative(s, blk.start + j)) u = -u;
