@@ -428,13 +428,11 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
                       uint8_t* packed, uint64_t* firstBad) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512) {
-    // The AVX-512 kernel assumes finite input: the scan is a pass of its own there.
-    if (firstBad) {
-      const size_t bad = firstNonFiniteIn(x, n);
-      if (bad < n) {
-        *firstBad = bad;
-        return;
-      }
+    // The AVX-512 kernel assumes finite input: the scan is a pass of its own there (a vectorized maximum;
+    // the position searched only when it reaches Inf).
+    if (firstBad && !isFiniteBits(floatBits(blockAmax(x, n)))) {
+      *firstBad = firstNonFiniteIn(x, n);
+      return;
     }
     return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
   }
