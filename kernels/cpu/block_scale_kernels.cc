@@ -1,6 +1,6 @@
 #include "kernels/cpu/block_scale_kernels.h"
 
-#include "kernels/cpu/avx2_block_max.h"
+#include "kernels/cpu/avx2_block_steps.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
@@ -350,18 +350,23 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   return scale;
 }
 
+// The first NaN/Inf among x[0, n), or n.
+static size_t firstNonFiniteIn(const float* x, size_t n) {
+  size_t i = 0;
+  while (i < n && isFiniteBits(absBits(x[i]))) ++i;
+  return i;
+}
+
 #ifdef GRADCOMP_HAVE_AVX2
 // Eight values' int4 codes (encodeSymmetricIntBlock's AVX2 steps: the same roundings, the same clamp), two's
-// complement in 4 bits, with the odd element's nibble moved beside the even one's: byte 0 of each 64-bit
-// lane is one packed byte.
+// complement in 4 bits, one per 32-bit lane.
 template <bool kStochastic>
-static inline __m256i int4PairBytes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
+static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
   const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x), vScale);
   __m256 q = kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u)))
-               : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                         : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
-  const __m256i c = _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
-  return _mm256_or_si256(c, _mm256_srli_epi64(c, 28));
+  return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
 }
 
 // encodeInt4Blocks for blocks of a multiple of 8 values, fused: codes go straight from registers to the
@@ -373,10 +378,6 @@ template <bool kStochastic>
 static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                                    uint8_t* packed, uint64_t* firstBad) {
   const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f);
-  // The low dword of each 64-bit lane (its packed byte, at most 0xff) to the low 128 bits, in order;
-  // two such halves narrow to eight bytes with unsigned saturation that never saturates.
-  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  auto packed4 = [&](__m256i pairs) { return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pairs, evens)); };
   constexpr size_t kGroup = 16;
   uint32_t maxBits[kGroup];
   const size_t blocks = n / blockSize;
@@ -387,9 +388,7 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
       for (size_t j = 0; j < count; ++j) {
         if (!isFiniteBits(maxBits[j])) {
           const size_t b0 = (g0 + j) * blockSize;
-          size_t i = 0;
-          while (isFiniteBits(absBits(x[b0 + i]))) ++i;
-          *firstBad = b0 + i;
+          *firstBad = b0 + firstNonFiniteIn(x + b0, blockSize);
           return n;
         }
       }
@@ -398,31 +397,17 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
     for (size_t j = 0; j < count; ++j) {
       const size_t b0 = (g0 + j) * blockSize;
       const __m256 vScale = _mm256_set1_ps(scales[g0 + j]);
+      auto codes = [&](size_t i) {
+        return int4Codes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi);
+      };
       size_t i = b0;
-      for (; i + 16 <= b0 + blockSize; i += 16) {
-        const __m128i a = packed4(int4PairBytes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi));
-        const __m128i b = packed4(int4PairBytes<kStochastic>(x + i + 8, kStochastic ? uniforms + i + 8 : nullptr, vScale, lo, hi));
-        const __m128i w = _mm_packus_epi32(a, b);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), _mm_packus_epi16(w, w));
-      }
-      if (i < b0 + blockSize) {  // a block of 16 k + 8 values: its last eight
-        const __m128i a = packed4(int4PairBytes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi));
-        const __m128i w = _mm_packus_epi32(a, a);
-        const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(w, w)));
-        std::memcpy(packed + i / 2, &word, sizeof word);
-      }
+      for (; i + 16 <= b0 + blockSize; i += 16) storeNibbles16(codes(i), codes(i + 8), packed + i / 2);
+      if (i < b0 + blockSize) storeNibbles8(codes(i), packed + i / 2);  // a block of 16 k + 8 values
     }
   }
   return blocks * blockSize;
 }
 #endif
-
-// The first NaN/Inf among x[0, n), or n.
-static size_t firstNonFiniteIn(const float* x, size_t n) {
-  size_t i = 0;
-  while (i < n && isFiniteBits(absBits(x[i]))) ++i;
-  return i;
-}
 
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                       uint8_t* packed, uint64_t* firstBad) {

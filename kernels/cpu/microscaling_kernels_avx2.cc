@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/avx2_block_max.h"
+#include "kernels/cpu/avx2_block_steps.h"
 
 namespace gradcomp::cpu::avx2 {
 namespace {
@@ -74,39 +74,21 @@ inline __m256 elementValues(__m256i c, const ElementSpec& s) {
   return _mm256_castsi256_ps(_mm256_or_si256(_mm256_blendv_epi8(normal, sub, subnormal), sign));
 }
 
-// The low dword of each 64-bit lane to the low 128 bits, in order.
-inline __m128i evenDwords(__m256i v) {
-  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
-}
-
 // Stores 16 codes (two registers of 8, each code at most 0xff) packed LSB-first: 16 bytes or 8.
 inline void store16(__m256i lo, __m256i hi, int bits, uint8_t* out) {
-  if (bits == 8) {
-    // Unsigned narrowings within 128-bit lanes leave lo's first four codes in dword 0, hi's in dword 1,
-    // lo's last four in dword 4 and hi's in dword 5: a dword permute puts them in order.
-    const __m256i w = _mm256_packus_epi32(lo, hi);
-    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w, w), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
-    return;
-  }
-  // 4 bits: the odd element's code (bits 32..35 of each 64-bit lane) beside the even one's (4..7).
-  const __m128i a = evenDwords(_mm256_or_si256(lo, _mm256_srli_epi64(lo, 28)));
-  const __m128i b = evenDwords(_mm256_or_si256(hi, _mm256_srli_epi64(hi, 28)));
-  const __m128i w = _mm_packus_epi32(a, b);
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+  if (bits == 4) return storeNibbles16(lo, hi, out);
+  // Unsigned narrowings within 128-bit lanes leave lo's first four codes in dword 0, hi's in dword 1,
+  // lo's last four in dword 4 and hi's in dword 5: a dword permute puts them in order.
+  const __m256i w = _mm256_packus_epi32(lo, hi);
+  const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w, w), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
 }
 
 // Stores 8 codes packed: 8 bytes or 4.
 inline void store8(__m256i c, int bits, uint8_t* out) {
-  if (bits == 8) {
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
-    return;
-  }
-  const __m128i a = evenDwords(_mm256_or_si256(c, _mm256_srli_epi64(c, 28)));
-  const __m128i w = _mm_packus_epi32(a, a);
-  const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(w, w)));
-  std::memcpy(out, &word, sizeof word);
+  if (bits == 4) return storeNibbles8(c, out);
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
 constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks

@@ -1,0 +1,55 @@
+// Steps the AVX2 block encoders share (block_scale_kernels.cc's int4, microscaling_kernels_avx2.cc's MX /
+// NVFP4): a block's largest magnitude, and the packing of 4-bit codes held one per 32-bit lane.
+#pragma once
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace gradcomp::cpu {
+
+// max |x[i]| as fp32 bits over len values, len a multiple of 8.
+inline uint32_t blockMaxAbsBitsAvx2(const float* x, size_t len) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t i = 0; i < len; i += 8) {
+    // This first read of the block is an encoder's stream from memory, which one thread's reads outrun
+    // the hardware prefetcher on (as in cast_kernels.cc): the line 2 KiB ahead is asked for. A prefetch
+    // never faults, so the lines past the input's end cost nothing.
+    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  }
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+// 8 codes of 4 bits (one per 32-bit lane, each at most 0xf) packed LSB-first: the odd element's code
+// (bits 32..35 of each 64-bit lane) moved beside the even one's (bits 4..7), then the low dword of each
+// 64-bit lane gathered into the low 128 bits, in order (each at most 0xff).
+inline __m128i nibblePairs(__m256i codes) {
+  const __m256i pairs = _mm256_or_si256(codes, _mm256_srli_epi64(codes, 28));
+  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pairs, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+
+// 16 codes of 4 bits (lo: the first 8, hi: the next 8) to 8 bytes at out, by two unsigned narrowings that
+// never saturate.
+inline void storeNibbles16(__m256i lo, __m256i hi, uint8_t* out) {
+  const __m128i w = _mm_packus_epi32(nibblePairs(lo), nibblePairs(hi));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+// 8 codes of 4 bits to 4 bytes at out.
+inline void storeNibbles8(__m256i codes, uint8_t* out) {
+  const __m128i a = nibblePairs(codes);
+  const __m128i w = _mm_packus_epi32(a, a);
+  const uint32_t word = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(w, w)));
+  std::memcpy(out, &word, sizeof word);
+}
+
+}  // namespace gradcomp::cpu
+#endif
