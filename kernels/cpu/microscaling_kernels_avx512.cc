@@ -231,6 +231,133 @@ GRADCOMP_AVX512 void decodeBlocks(const uint8_t* packed, size_t n, size_t blockS
   }
 }
 
+// NVFP4's scale rule on 16 blocks at once, in the lanes of the element conversion with E4M3's constants:
+// code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t) (nvfp4BlockFactor).
+// Per block in scalar code it cost more than the block's 16 elements.
+struct Nvfp4ScaleLanes {
+  ElementLanes codeLanes;
+  ValueLanes valueLanes;
+  __m512 sixT, t;
+};
+
+GRADCOMP_AVX512 Nvfp4ScaleLanes nvfp4ScaleLanesFor(float t) {
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  return {lanesFor(e4m3), valueLanesFor(e4m3), _mm512_set1_ps(mulRn(kNvfp4ElementMax, t)), _mm512_set1_ps(t)};
+}
+
+// The 16 blocks' scale codes (one per 32-bit lane) and, in factors, their factors.
+GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodes(__m512 amax, const Nvfp4ScaleLanes& s, __mmask16 m, __m512& factors) {
+  uint32_t unused = 0;  // a scale's saturation is not an element's
+  const __m512i c = elementCodes(_mm512_div_ps(amax, s.sixT), s.codeLanes, m, unused);
+  factors = _mm512_mul_ps(elementValues(c, s.valueLanes), s.t);
+  return c;
+}
+
+// The largest lane of each of 16 vectors, lane j of the result from a[j]: a transposing reduction
+// (15 maxima and 30 shuffles for 16 blocks, where a horizontal maximum per block costs 8 steps each).
+GRADCOMP_AVX512 inline __m512i laneMaxima16(const __m512i* a) {
+  __m512i b[8], c[4], d[2];
+  // Pairs of vectors: 128-bit lanes 0-1 keep 8 partial maxima of a[2k], lanes 2-3 those of a[2k + 1].
+  for (int k = 0; k < 8; ++k)
+    b[k] = _mm512_max_epu32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x44),
+                            _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xee));
+  // Lane L of c[m] holds 4 partial maxima of a[4m + L].
+  for (int m = 0; m < 4; ++m)
+    c[m] = _mm512_max_epu32(_mm512_shuffle_i32x4(b[2 * m], b[2 * m + 1], 0x88),
+                            _mm512_shuffle_i32x4(b[2 * m], b[2 * m + 1], 0xdd));
+  // Lane L of d[r]: 2 partial maxima of a[8r + L], then 2 of a[8r + 4 + L].
+  for (int r = 0; r < 2; ++r)
+    d[r] = _mm512_max_epu32(_mm512_unpacklo_epi64(c[2 * r], c[2 * r + 1]), _mm512_unpackhi_epi64(c[2 * r], c[2 * r + 1]));
+  // Lane L, dword k: the maximum of a[L + 4k]; the permutation puts it at position L + 4k.
+  const __m512 p = _mm512_castsi512_ps(d[0]), q = _mm512_castsi512_ps(d[1]);
+  const __m512i e = _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(p, q, 0x88)),
+                                     _mm512_castps_si512(_mm512_shuffle_ps(p, q, 0xdd)));
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e);
+}
+
+// E2M1 codes of 16 magnitudes a (fp32 bits), with the sign bits of xb: elementCodes with E2M1's shifts as
+// immediates (22: its mantissa's 1 bit; 28: the sign to bit 3) and, as its largest value 6 tops its top
+// binade, the final minimum as the whole saturation.
+GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const ElementLanes& l) {
+  const __m512i sub =
+      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), l.magic)), l.magicBits);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 22), l.one);
+  const __m512i nor = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, l.rebias), odd), 22);
+  const __m512i code = _mm512_min_epu32(_mm512_mask_mov_epi32(nor, _mm512_cmplt_epu32_mask(a, l.minNormal), sub),
+                                        l.maxCode);
+  // code | (x's bits >> 28 & 8), one ternary-logic step: A | (B & C).
+  return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(xb, 28), _mm512_set1_epi32(8), 0xf8);
+}
+
+// 8 blocks' E2M1 codes (16 per register, values below 16) packed LSB-first, 64 bytes: narrowed to bytes by
+// in-lane packs (per 128-bit lane 4 codes of each block), each pair of neighbours to one nibble byte, and a
+// word permutation to the blocks' order.
+GRADCOMP_AVX512 inline void storeNibbles8Blocks(const __m512i* c, uint8_t* out) {
+  const __m512i b0 = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+  const __m512i b1 = _mm512_packus_epi16(_mm512_packus_epi32(c[4], c[5]), _mm512_packus_epi32(c[6], c[7]));
+  const __m512i low = _mm512_set1_epi16(0xff);  // (A | B) & C
+  const __m512i n0 = _mm512_ternarylogic_epi32(b0, _mm512_srli_epi16(b0, 4), low, 0xa8);
+  const __m512i n1 = _mm512_ternarylogic_epi32(b1, _mm512_srli_epi16(b1, 4), low, 0xa8);
+  // Word 8L + k is block k's lane L (4 codes); it goes to 4k + L.
+  const __m512i order = _mm512_set_epi16(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4, 27, 19, 11, 3, 26,
+                                         18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(order, _mm512_packus_epi16(n0, n1)));
+}
+
+// NVFP4 with its standard 16-element blocks, 16 blocks (256 elements) per step, unrolled: the maxima by
+// one transposing reduction, the 16 scales in one register, the codes of 8 blocks packed together. Stops
+// before a last partial group or a group whose maximum is not finite; returns the elements encoded.
+GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uint8_t* scaleCodes,
+                                         uint64_t& saturated) {
+  const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
+  const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  const __m512i absMask = l.absMask;
+  size_t g = 0;
+  for (; g + 256 <= n; g += 256) {
+    const float* xg = x + g;
+    __m512i a[16];
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_and_si512(_mm512_loadu_si512(xg + 16 * j), absMask);
+    const __m512i amax = laneMaxima16(a);
+    if (_mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000))) break;
+    __m512 factors;
+    const __m512i codes = nvfp4ScaleCodes(_mm512_castsi512_ps(amax), scales, 0xffff, factors);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(scaleCodes + g / 16), _mm512_cvtepi32_epi8(codes));
+    // A zero factor (a block below E4M3's smallest scale) encodes as all-zero codes, as the scalar path
+    // writes: it divides by 1 instead of 0, and its codes are cleared after the group's are stored.
+    const __mmask16 zero = _mm512_cmp_ps_mask(factors, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    const __m512 divisors = _mm512_mask_mov_ps(factors, zero, _mm512_set1_ps(1.0f));
+    alignas(64) float f[16];
+    _mm512_store_ps(f, divisors);
+    // Divided, not multiplied by a reciprocal: the definition's rounding (a quotient corrected by two
+    // FMAs, as exact, measured slower than vdivps on Zen 4). The magnitudes are divided, as they are at
+    // hand; the codes take their signs from x.
+    for (int half = 0; half < 2; ++half) {
+      __m512i c[8];
+      for (int k = 0; k < 8; ++k) {
+        const int j = 8 * half + k;
+        const __m512i y = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j])));
+        c[k] = e2m1Codes(y, _mm512_loadu_si512(xg + 16 * j), l);
+      }
+      storeNibbles8Blocks(c, packed + g / 2 + 64 * half);
+    }
+    for (__mmask16 z = zero; z; z = static_cast<__mmask16>(z & (z - 1)))
+      __builtin_memset(packed + g / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
+    // Saturation: a block's largest quotient is its maximum's (division is monotonic), so only the blocks
+    // whose maximum reaches the overflow midpoint are counted lane by lane; with the tensor's own scale t
+    // no block does but by E4M3's rounding of its scale.
+    __mmask16 saturating = static_cast<__mmask16>(
+        _mm512_mask_cmpge_epu32_mask(static_cast<__mmask16>(~zero),
+                                     _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(amax), divisors)), l.overflow));
+    while (saturating) {
+      const int j = __builtin_ctz(saturating);
+      saturating = static_cast<__mmask16>(saturating & (saturating - 1));
+      const __m512 y = _mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j]));
+      saturated += static_cast<uint64_t>(__builtin_popcount(_mm512_cmpge_epu32_mask(_mm512_castps_si512(y), l.overflow)));
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 GRADCOMP_AVX512 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, ElementFormat fmt,
@@ -262,25 +389,27 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
 
 GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                                  uint8_t* scaleCodes, uint64_t* firstBad) {
-  const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
-  // The scale rule on a group's 16 blocks at once, in the lanes of the element conversion with E4M3's
-  // constants: code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t)
-  // (nvfp4BlockFactor). Per block in scalar code it cost more than the block's 16 elements.
-  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
-  const ElementLanes scaleLanes = lanesFor(e4m3);
-  const ValueLanes scaleValues = valueLanesFor(e4m3);
-  const __m512 vSixT = _mm512_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm512_set1_ps(t);
-  return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
-                      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors,
-                          bool& divide) GRADCOMP_AVX512_LAMBDA {
-                        const __mmask16 m = count == kGroup ? __mmask16{0xffff} : static_cast<__mmask16>((1u << count) - 1u);
-                        const __m512 amax = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, maxBits));
-                        uint32_t unused = 0;  // a scale's saturation is not an element's
-                        const __m512i c = elementCodes(_mm512_div_ps(amax, vSixT), scaleLanes, m, unused);
-                        _mm_mask_storeu_epi8(codes, m, _mm512_cvtepi32_epi8(c));
-                        _mm512_mask_storeu_ps(factors, m, _mm512_mul_ps(elementValues(c, scaleValues), vT));
-                        divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
-                      });
+  // The standard 16-element blocks go through the group encoder; the rest (a last partial group, another
+  // block size, a group holding NaN/Inf, which it reports) through encodeBlocks.
+  uint64_t saturated = 0;
+  const size_t done = blockSize == 16 ? encodeNvfp4Groups(x, n, t, packed, scaleCodes, saturated) : 0;
+  if (done == n) return saturated;
+  const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
+  uint64_t bad = ~uint64_t{0};
+  saturated += encodeBlocks(x + done, n - done, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed + done / 2,
+                            scaleCodes + done / blockSize, firstBad ? &bad : nullptr,
+                            [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors,
+                                bool& divide) GRADCOMP_AVX512_LAMBDA {
+                              const __mmask16 m = count == kGroup ? __mmask16{0xffff} : static_cast<__mmask16>((1u << count) - 1u);
+                              __m512 f;
+                              const __m512i c = nvfp4ScaleCodes(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, maxBits)),
+                                                                scales, m, f);
+                              _mm_mask_storeu_epi8(codes, m, _mm512_cvtepi32_epi8(c));
+                              _mm512_mask_storeu_ps(factors, m, f);
+                              divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
+                            });
+  if (firstBad && bad != ~uint64_t{0}) *firstBad = done + bad;
+  return saturated;
 }
 
 }  // namespace gradcomp::cpu::avx512

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/block_scale_kernels.h"
@@ -35,6 +36,8 @@ std::vector<float> inputs(size_t n, uint64_t seed, bool nonFinite) {
     const uint64_t r = rng() % 16;
     x[i] = r == 0 ? specials[rng() % 7] : r == 1 ? normal(rng) * 0x1p-20f : r == 2 ? normal(rng) * 1e6f : normal(rng);
   }
+  // Two whole 16-element blocks of +-0 and of tiny values: NVFP4's zero block scale inside a group.
+  for (size_t i = 160; i < 192 && i < n; ++i) x[i] = i < 176 ? (i % 2 ? -0.0f : 0.0f) : normal(rng) * 1e-30f;
   if (nonFinite && n > 0) x[n - 1 - n / 3] = rng() % 2 ? std::numeric_limits<float>::quiet_NaN() : -INFINITY;
   return x;
 }
@@ -47,8 +50,9 @@ struct Packed {
   bool operator==(const Packed&) const = default;
 };
 
-// kind: 0..4 the MX element formats, 5 nvfp4, 6 int4 nearest, 7 int4 stochastic.
-Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize, const Packed* scalarCodes = nullptr) {
+// kind: 0..4 the MX element formats, 5 nvfp4 (tensor scale t), 6 int4 nearest, 7 int4 stochastic.
+Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize, float t,
+           const Packed* scalarCodes = nullptr) {
   setCpuPath(path);
   const size_t n = x.size(), blocks = (n + blockSize - 1) / blockSize;
   Packed p;
@@ -59,7 +63,7 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
     const auto fmt = static_cast<ElementFormat>(kind);
     p.saturated = kind < 5 ? encodeMxBlocksPacked(x.data(), n, blockSize, fmt, p.codes.data(), p.scaleCodes.data(),
                                                   &p.firstBad)
-                           : encodeNvfp4BlocksPacked(x.data(), n, blockSize, 0.0125f, p.codes.data(),
+                           : encodeNvfp4BlocksPacked(x.data(), n, blockSize, t, p.codes.data(),
                                                      p.scaleCodes.data(), &p.firstBad);
     if (p.firstBad != ~uint64_t{0}) return p;
     // Decode what the scalar path wrote (the same bytes, checked above), so a decoder is compared on
@@ -72,7 +76,7 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
     for (const bool accumulate : {false, true}) {
       float* out = (accumulate ? acc.data() : y.data()) + 1;
       if (kind < 5) decodeMxBlocksPacked(codes, n, blockSize, fmt, scales, out, accumulate);
-      else decodeNvfp4BlocksPacked(codes, n, blockSize, scales, 0.0125f, out, accumulate);
+      else decodeNvfp4BlocksPacked(codes, n, blockSize, scales, t, out, accumulate);
     }
     for (size_t i = 0; i <= n; ++i) {
       p.decoded.push_back(std::bit_cast<uint32_t>(y[i]));
@@ -101,37 +105,78 @@ class BlockKernelPaths : public CpuPathTest {};
 TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
   std::vector<size_t> lengths;
   for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
-  lengths.push_back(4099);
+  // Whole groups of 16 NVFP4 blocks (the AVX-512 group encoder), one exactly, then with a remainder.
+  for (const size_t n : {256, 528, 4099}) lengths.push_back(n);
+  // NVFP4's tensor scale: a usual one, one so small that most block scales saturate (every code counted
+  // by the group encoder's saturation path) and one so large that most are zero (its zero-factor path).
+  const float tensorScales[] = {0.0125f, 0x1p-126f, 0x1p100f};
   size_t compared = 0, saturatedCases = 0;
   for (int kind = 0; kind < 8; ++kind) {
     const size_t standard = kind < 5 ? 32 : kind == 5 ? 16 : 64;
-    for (const size_t blockSize : {standard, size_t{48}, size_t{24}})
-      for (const size_t n : lengths)
-        for (const bool nonFinite : {false, true}) {
-          if (nonFinite && n == 0) continue;
-          SCOPED_TRACE(::testing::Message() << "kind " << kind << " block " << blockSize << " n " << n
-                                            << " nonFinite " << nonFinite);
-          const auto x = inputs(n, n * 31 + kind, nonFinite);
-          const Packed want = run(CpuPath::Scalar, kind, x, blockSize);
-          const Packed got = run(GetParam(), kind, x, blockSize, &want);
-          ASSERT_EQ(got.firstBad, want.firstBad);
-          if (nonFinite) {
-            ASSERT_NE(got.firstBad, ~uint64_t{0});  // found; the codes are then unspecified
-          } else {
-            ASSERT_EQ(got.codes, want.codes);
-            ASSERT_EQ(got.scaleCodes, want.scaleCodes);
-            ASSERT_EQ(got.scales, want.scales);
-            ASSERT_EQ(got.saturated, want.saturated);
-            ASSERT_EQ(got.decoded, want.decoded);
-            ASSERT_EQ(got.accumulated, want.accumulated);
-            saturatedCases += want.saturated > 0;
+    for (const float t : kind == 5 ? std::span<const float>(tensorScales) : std::span<const float>(tensorScales, 1)) {
+      for (const size_t blockSize : {standard, size_t{48}, size_t{24}})
+        for (const size_t n : lengths)
+          for (const bool nonFinite : {false, true}) {
+            if (nonFinite && n == 0) continue;
+            SCOPED_TRACE(::testing::Message() << "kind " << kind << " t " << t << " block " << blockSize << " n " << n
+                                              << " nonFinite " << nonFinite);
+            const auto x = inputs(n, n * 31 + kind, nonFinite);
+            const Packed want = run(CpuPath::Scalar, kind, x, blockSize, t);
+            const Packed got = run(GetParam(), kind, x, blockSize, t, &want);
+            ASSERT_EQ(got.firstBad, want.firstBad);
+            if (nonFinite) {
+              ASSERT_NE(got.firstBad, ~uint64_t{0});  // found; the codes are then unspecified
+            } else {
+              ASSERT_EQ(got.codes, want.codes);
+              ASSERT_EQ(got.scaleCodes, want.scaleCodes);
+              ASSERT_EQ(got.scales, want.scales);
+              ASSERT_EQ(got.saturated, want.saturated);
+              ASSERT_EQ(got.decoded, want.decoded);
+              ASSERT_EQ(got.accumulated, want.accumulated);
+              saturatedCases += want.saturated > 0;
+            }
+            ++compared;
           }
-          ++compared;
-        }
+    }
   }
   EXPECT_GT(saturatedCases, 100u);  // the inputs do reach the saturating edge
   std::printf("block kernels (mx, nvfp4, int4: packed encode and decode): %zu cases on the %s path equal the scalar reference\n",
               compared, cpuPathName(GetParam()));
+}
+
+// NVFP4 elements whose quotient x / f lies on or within two ulps of an E2M1 rounding edge (0.25, 0.75,
+// ..., 5) or grid value, for block scales across E4M3's range: where a quotient computed without a
+// correctly rounded division would pick the neighbouring code. Each block's largest magnitude is
+// 6 t s exactly, so its scale code is s's and its factor f = fl(s t) is known in advance.
+TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
+  const float edges[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f};
+  std::mt19937_64 rng(14);
+  size_t compared = 0;
+  // Factors from about 2^-120 to 2^100: the quotients near each edge for scales of every magnitude.
+  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f}) {
+    const size_t n = 4096 + 16;  // 16 whole groups and one block
+    std::vector<float> x(n);
+    for (size_t b = 0; b < n / 16; ++b) {
+      const uint8_t code = static_cast<uint8_t>(1 + rng() % 0x7e);  // a nonzero finite E4M3 scale
+      const float s = scalar::fp8ToFloat(code, scalar::Fp8Format::E4M3), f = s * t;
+      x[16 * b] = 6.0f * t * s;
+      ASSERT_EQ(scalar::nvfp4BlockScaleCode(x[16 * b], t), code);
+      for (size_t i = 1; i < 16; ++i) {
+        const float base = edges[rng() % std::size(edges)] * f;
+        const int ulps = static_cast<int>(rng() % 5) - 2;
+        const float v = std::bit_cast<float>(std::bit_cast<uint32_t>(base) + static_cast<uint32_t>(ulps));
+        x[16 * b + i] = rng() % 2 ? -v : v;
+      }
+    }
+    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    ASSERT_EQ(got.codes, want.codes) << "t " << t;
+    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
+    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
+    compared += n;
+  }
+  std::printf("nvfp4 at E2M1's rounding edges: %zu elements on the %s path equal the scalar reference\n", compared,
+              cpuPathName(GetParam()));
 }
 
 // The stochastic level encoders' tile entry points (qsgd 4 and 8 bits, terngrad): the codes packed from
