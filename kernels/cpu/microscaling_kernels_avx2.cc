@@ -147,6 +147,98 @@ BlocksEncoded encodeBlocks(const float* x, size_t n, size_t blockSize, const Ele
   return r;
 }
 
+// ---------------------------------------------------------------- NVFP4's 16-element blocks
+
+// The largest lane of each of 8 vectors, lane j of the result from m[j]: a transposing reduction (7
+// maxima and 14 shuffles for 8 blocks, where a horizontal maximum per block takes 6 steps).
+inline __m256i laneMaxima8(const __m256i* m) {
+  __m256i p[4], q[2];
+  // 128-bit lane 0 of p[k]: 4 partial maxima of m[2k]; lane 1: of m[2k + 1].
+  for (int k = 0; k < 4; ++k)
+    p[k] = _mm256_max_epu32(_mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x20),
+                            _mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x31));
+  // Lane L of q[r]: 2 partial maxima of m[4r + L], then 2 of m[4r + 2 + L].
+  for (int r = 0; r < 2; ++r)
+    q[r] = _mm256_max_epu32(_mm256_unpacklo_epi64(p[2 * r], p[2 * r + 1]), _mm256_unpackhi_epi64(p[2 * r], p[2 * r + 1]));
+  // Lane L, dword k: the maximum of m[2k + L]; the permutation puts it at position 2k + L.
+  const __m256 a = _mm256_castsi256_ps(q[0]), b = _mm256_castsi256_ps(q[1]);
+  const __m256i e = _mm256_max_epu32(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)),
+                                     _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xdd)));
+  return _mm256_permutevar8x32_epi32(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// E2M1 codes of 8 magnitudes a (fp32 bits) with the signs of xb: elementCodes with E2M1's shifts as
+// immediates (22: its mantissa's 1 bit) and, as its largest value 6 tops its top binade, the final
+// minimum as the whole saturation (which the caller counts per block).
+inline __m256i e2m1Codes(__m256i a, __m256i xb, const ElementLanes& l) {
+  const __m256i sub =
+      _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), l.magic)), l.magicBits);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 22), l.one);
+  const __m256i nor = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, l.rebias), odd), 22);
+  const __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(nor, sub, _mm256_cmpgt_epi32(l.minNormal, a)), l.maxCode);
+  return _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(xb, 28), _mm256_set1_epi32(8)));
+}
+
+// NVFP4 with its standard 16-element blocks, 8 blocks (128 elements) per step, as the AVX-512 group
+// encoder: the maxima by one transposing reduction, the 8 scales in one register, the magnitudes divided
+// and the signs taken from x, a zero factor's block divided by 1 and its codes cleared afterwards, and
+// saturation counted only in the blocks whose maximum reaches the overflow midpoint (division is
+// monotonic: a block's largest quotient is its maximum's). Stops before a last partial group or a group
+// whose maximum is not finite; returns the elements encoded.
+size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uint8_t* scaleCodes, uint64_t& saturated) {
+  const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  const ElementLanes scaleLanes = lanesFor(e4m3);
+  const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
+  const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff), atOverflow = _mm256_sub_epi32(l.overflow, l.one);
+  size_t g = 0;
+  for (; g + 128 <= n; g += 128) {
+    const float* xg = x + g;
+    __m256i m[8];
+    for (int j = 0; j < 8; ++j) {
+      // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
+      _mm_prefetch(reinterpret_cast<const char*>(xg + 16 * j) + 2048, _MM_HINT_T0);
+      m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), l.absMask),
+                              _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), l.absMask));
+    }
+    const __m256i amax = laneMaxima8(m);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) break;
+    uint32_t unused = 0;  // a scale's saturation is not an element's
+    const __m256i c = elementCodes(_mm256_div_ps(_mm256_castsi256_ps(amax), vSixT), scaleLanes, unused);
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + g / 16), _mm_packus_epi16(w, w));
+    const __m256 factors = _mm256_mul_ps(elementValues(c, e4m3), vT);
+    const __m256 isZero = _mm256_cmp_ps(factors, _mm256_setzero_ps(), _CMP_EQ_OQ);
+    const unsigned zero = static_cast<unsigned>(_mm256_movemask_ps(isZero));
+    const __m256 divisors = _mm256_blendv_ps(factors, _mm256_set1_ps(1.0f), isZero);
+    alignas(32) float f[8];
+    _mm256_store_ps(f, divisors);
+    for (int j = 0; j < 8; ++j) {
+      // Divided, not multiplied by a reciprocal: the definition's rounding.
+      const __m256 fj = _mm256_set1_ps(f[j]);
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8));
+      const __m256i y0 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x0, l.absMask)), fj));
+      const __m256i y1 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x1, l.absMask)), fj));
+      storeNibbles16(e2m1Codes(y0, x0, l), e2m1Codes(y1, x1, l), packed + (g + 16 * static_cast<size_t>(j)) / 2);
+    }
+    for (unsigned z = zero; z; z &= z - 1) std::memset(packed + g / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
+    const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), divisors));
+    for (unsigned sat = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow)))) & ~zero;
+         sat; sat &= sat - 1) {
+      const size_t j = static_cast<size_t>(__builtin_ctz(sat));
+      const __m256 fj = _mm256_set1_ps(f[j]);
+      for (size_t half = 0; half < 16; half += 8) {
+        const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + half)), l.absMask);
+        const __m256i y = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(a), fj));
+        saturated += static_cast<uint64_t>(
+            __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(y, atOverflow))))));
+      }
+    }
+  }
+  return g;
+}
+
 // ---------------------------------------------------------------- decode
 
 // 8 codes from packed bytes, one per 32-bit lane: 8 bytes, or 4 bytes of two 4-bit codes (low nibble
@@ -220,14 +312,24 @@ BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, E
 
 BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                       uint8_t* scaleCodes, uint64_t* firstBad) {
+  // The standard 16-element blocks go through the group encoder; the rest (a last partial group, another
+  // block size, a group holding NaN/Inf, which encodeBlocks reports) through encodeBlocks.
+  BlocksEncoded r;
+  const size_t done = blockSize == 16 ? encodeNvfp4Groups(x, n, t, packed, scaleCodes, r.saturated) : 0;
+  if (done == n) {
+    r.done = n;
+    return r;
+  }
   // The scale rule on 8 blocks at a time in the lanes of the element conversion with E4M3's constants:
   // code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t) (nvfp4BlockFactor).
   // Per block in scalar code it costs about what the block's 16 elements do.
   const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
   const ElementLanes scaleLanes = lanesFor(e4m3);
   const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
-  return encodeBlocks<true>(
-      x, n, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed, scaleCodes, firstBad,
+  uint64_t bad = ~uint64_t{0};
+  const BlocksEncoded rest = encodeBlocks<true>(
+      x + done, n - done, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed + done / 2,
+      scaleCodes + done / blockSize, firstBad ? &bad : nullptr,
       [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors) {
         for (size_t j = 0; j < count; j += 8) {
           // A short last group's missing lanes read 0 (a rep movs of a memcpy here cost 4 % of the encode).
@@ -247,6 +349,10 @@ BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize
           }
         }
       });
+  if (firstBad && bad != ~uint64_t{0}) *firstBad = done + bad;
+  r.saturated += rest.saturated;
+  r.done = done + rest.done;
+  return r;
 }
 
 }  // namespace gradcomp::cpu::avx2
