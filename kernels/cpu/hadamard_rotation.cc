@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/philox_batches.h"
 
@@ -172,9 +173,13 @@ class SignWords {
     covered_ = begin_ + 128 * calls;
   }
   // The 32 signs of elements e .. e + 31 (e a multiple of 32), or the 16 of e .. e + 15 (e a multiple
-  // of 16) in the low bits of lanes16.
+  // of 16): two bytes of the words' little-endian stream, one load.
   uint32_t word32(uint64_t e) const { return words_[(e - begin_) >> 5]; }
-  uint16_t lanes16(uint64_t e) const { return static_cast<uint16_t>(words_[(e - begin_) >> 5] >> ((e - begin_) & 31u)); }
+  uint16_t lanes16(uint64_t e) const {
+    uint16_t m;
+    std::memcpy(&m, reinterpret_cast<const unsigned char*>(words_) + ((e - begin_) >> 3), sizeof m);
+    return m;
+  }
 
  private:
   static constexpr size_t kCalls = 96;  // 12288 elements: a block of 8192 at any offset within a call
@@ -296,25 +301,17 @@ void transformBlock(float* out, size_t size, LoadAt&& loadAt, Finish&& finish) {
   if (size > 256) wideStages(out, size, 256, finish);
 }
 
-// D's signs of the block's elements [first, first + size) as one 16-bit lane mask per 16 elements (first
-// a multiple of 16).
-void signLanes(SignWords& signs, uint64_t first, size_t size, __mmask16* lanes) {
-  signs.cover(first, size);
-  for (size_t k = 0; k < size; k += 16) lanes[k / 16] = signs.lanes16(first + k);
-}
-
 void forwardBlock(const float* x, float* y, size_t size, SignWords& signs, uint64_t first, float prescale) {
   const __m512 scale = _mm512_set1_ps(prescale), norm = _mm512_set1_ps(rotationNorm(size));
   const __m512i signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-  __mmask16 negative[8192 / 16];
-  signLanes(signs, first, size, negative);
+  signs.cover(first, size);
   // A prescale of 1 (2^0: every tensor below 2^100) leaves each value as it is: its product is skipped.
   auto run = [&](auto scaled) {
     transformBlock(
         y, size,
         [&](size_t j) {
           const __m512i v = _mm512_castps_si512(scaled(_mm512_loadu_ps(x + j)));
-          return _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, negative[j / 16], v, signBit));
+          return _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, signs.lanes16(first + j), v, signBit));
         },
         [&](__m512 v, size_t) { return _mm512_mul_ps(v, norm); });
   };
@@ -339,16 +336,20 @@ inline __m512 saturatingScale16(__m512 v, __m512 scale) {
 void inverseBlock(const float* y, float* x, size_t size, SignWords& signs, uint64_t first, float postscale) {
   const __m512 scale = _mm512_set1_ps(postscale), norm = _mm512_set1_ps(rotationNorm(size));
   const __m512i signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-  __mmask16 negative[8192 / 16];
-  signLanes(signs, first, size, negative);
-  // x = saturatingScale(flipped(v x norm, D), postscale) for the transform's output v at element j.
-  transformBlock(
-      x, size, [&](size_t j) { return _mm512_loadu_ps(y + j); },
-      [&](__m512 v, size_t j) {
-        __m512i f = _mm512_castps_si512(_mm512_mul_ps(v, norm));
-        f = _mm512_mask_xor_epi32(f, negative[j / 16], f, signBit);
-        return saturatingScale16(_mm512_castsi512_ps(f), scale);
-      });
+  signs.cover(first, size);
+  // x = saturatingScale(flipped(v x norm, D), postscale) for the transform's output v at element j. A
+  // postscale of 1 (2^0: every tensor below 2^100) leaves every value as it is and never overflows, so
+  // the product and the saturation test are skipped there, as on the AVX2 path.
+  auto flippedAt = [&](__m512 v, size_t j) {
+    const __m512i f = _mm512_castps_si512(_mm512_mul_ps(v, norm));
+    return _mm512_castsi512_ps(_mm512_mask_xor_epi32(f, signs.lanes16(first + j), f, signBit));
+  };
+  auto load = [&](size_t j) { return _mm512_loadu_ps(y + j); };
+  if (postscale == 1.0f) {
+    transformBlock(x, size, load, flippedAt);
+  } else {
+    transformBlock(x, size, load, [&](__m512 v, size_t j) { return saturatingScale16(flippedAt(v, j), scale); });
+  }
 }
 #elif defined(__AVX2__)
 // The FWHT's stages of span 64 .. size / 2 over v in memory (in L1), two at a time (spans h and 2h over
