@@ -351,13 +351,6 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   return scale;
 }
 
-// The first NaN/Inf among x[0, n), or n.
-static size_t firstNonFiniteIn(const float* x, size_t n) {
-  size_t i = 0;
-  while (i < n && isFiniteBits(absBits(x[i]))) ++i;
-  return i;
-}
-
 #ifdef GRADCOMP_HAVE_AVX2
 // Eight values' int4 codes (encodeSymmetricIntBlock's AVX2 steps: the same roundings, the same clamp), two's
 // complement in 4 bits, one per 32-bit lane.
@@ -389,7 +382,7 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
       for (size_t j = 0; j < count; ++j) {
         if (!isFiniteBits(maxBits[j])) {
           const size_t b0 = (g0 + j) * blockSize;
-          *firstBad = b0 + firstNonFiniteIn(x + b0, blockSize);
+          *firstBad = b0 + firstNonFiniteIndex(x + b0, blockSize);
           return n;
         }
       }
@@ -417,7 +410,7 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
     // The AVX-512 kernel assumes finite input: the scan is a pass of its own there (a vectorized maximum;
     // the position searched only when it reaches Inf).
     if (firstBad && !isFiniteBits(floatBits(blockAmax(x, n)))) {
-      *firstBad = firstNonFiniteIn(x, n);
+      *firstBad = firstNonFiniteIndex(x, n);
       return;
     }
     return avx512::encodeInt4Blocks(x, n, blockSize, uniforms, scales, packed);
@@ -447,7 +440,7 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
     scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes + b0,
                                             firstBad ? &nonFinite : nullptr);
     if (nonFinite) {
-      *firstBad = offset + b0 + firstNonFiniteIn(x + b0, len);
+      *firstBad = offset + b0 + firstNonFiniteIndex(x + b0, len);
       return;
     }
   }

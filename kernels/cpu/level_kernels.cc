@@ -171,12 +171,6 @@ void packedThroughScratch(size_t n, int bits, uint8_t* packed, Encode&& encode) 
   packBits(codes, n, bits, packed);
 }
 
-size_t firstNonFiniteIn(const float* x, size_t n) {
-  size_t i = 0;
-  while (i < n && scalar::isFiniteBits(scalar::floatBits(x[i]))) ++i;
-  return i;
-}
-
 }  // namespace
 
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
@@ -214,7 +208,7 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
       const float maxAbs = blockAmax(x + b0, len);
-      if (!scalar::isFiniteBits(scalar::floatBits(maxAbs))) return b0 + firstNonFiniteIn(x + b0, len);
+      if (!scalar::isFiniteBits(scalar::floatBits(maxAbs))) return b0 + scalar::firstNonFiniteIndex(x + b0, len);
       maxima[block] = maxAbs;
       const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
       uint8_t* out = packed + b0 / 4;
@@ -234,7 +228,7 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
       const size_t len = std::min(blockSize, n - b0);
       bool nonFinite = false;
       maxima[block] = encodeTernBlock(x + b0, len, uniforms + b0, codes + b0, &nonFinite);
-      if (nonFinite) bad = b0 + firstNonFiniteIn(x + b0, len);
+      if (nonFinite) bad = b0 + scalar::firstNonFiniteIndex(x + b0, len);
     }
   });
   return bad;

@@ -108,9 +108,7 @@ uint32_t blockCodesAnyLength(const float* x, size_t len, float factor, const Ele
 // The first NaN/Inf of a block whose maximum magnitude bits reached Inf's.
 static bool nonFiniteIn(const float* x, size_t b0, size_t len, float amax, uint64_t* firstBad) {
   if (isFiniteBits(floatBits(amax))) return false;
-  size_t i = 0;
-  while (i < len && isFiniteBits(absBits(x[b0 + i]))) ++i;
-  if (firstBad) *firstBad = b0 + i;
+  if (firstBad) *firstBad = b0 + firstNonFiniteIndex(x + b0, len);
   return true;
 }
 

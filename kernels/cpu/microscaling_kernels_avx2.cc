@@ -111,9 +111,7 @@ BlocksEncoded encodeBlocks(const float* x, size_t n, size_t blockSize, const Ele
     for (size_t j = 0; j < count; ++j) {
       if (!isFiniteBits(maxBits[j])) {
         const size_t b0 = (g0 + j) * blockSize;
-        size_t i = 0;
-        while (isFiniteBits(absBits(x[b0 + i]))) ++i;
-        if (firstBad) *firstBad = b0 + i;
+        if (firstBad) *firstBad = b0 + firstNonFiniteIndex(x + b0, blockSize);
         r.done = n;
         return r;
       }

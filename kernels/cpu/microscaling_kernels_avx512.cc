@@ -99,13 +99,6 @@ GRADCOMP_AVX512 inline uint32_t blockMaxBits(const float* x, size_t len) {
   return _mm512_reduce_max_epu32(acc);
 }
 
-// The first NaN/Inf of a block whose maximum magnitude reached Inf's.
-inline uint64_t firstNonFiniteIn(const float* x, size_t b0, size_t len) {
-  size_t i = 0;
-  while (i < len && isFiniteBits(absBits(x[b0 + i]))) ++i;
-  return b0 + i;
-}
-
 constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
 
 // The blocks of x: per group of up to kGroup blocks, `scalesOf(maxBits, count, codes, factors, divide)`
@@ -131,7 +124,7 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
     for (size_t j = 0; j < count; ++j) {
       if (!isFiniteBits(maxBits[j])) {
         const size_t b0 = (g0 + j) * blockSize;
-        if (firstBad) *firstBad = firstNonFiniteIn(x, b0, blockSize < n - b0 ? blockSize : n - b0);
+        if (firstBad) *firstBad = b0 + firstNonFiniteIndex(x + b0, blockSize < n - b0 ? blockSize : n - b0);
         return saturated;
       }
     }

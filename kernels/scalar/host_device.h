@@ -8,6 +8,7 @@
 #define GRADCOMP_HD inline
 #endif
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -37,5 +38,13 @@ GRADCOMP_HD float bitsToFloat(uint32_t u) {
 GRADCOMP_HD uint32_t absBits(float f) { return floatBits(f) & 0x7fffffffu; }
 
 GRADCOMP_HD bool isFiniteBits(uint32_t bits) { return (bits & 0x7f800000u) != 0x7f800000u; }
+
+// The index of the first NaN/Inf among x[0, n), or n. The encoders call it only after a block's maximum
+// came out non-finite, to name the offending element in their error, so a plain scan is enough.
+GRADCOMP_HD size_t firstNonFiniteIndex(const float* x, size_t n) {
+  size_t i = 0;
+  while (i < n && isFiniteBits(absBits(x[i]))) ++i;
+  return i;
+}
 
 }  // namespace gradcomp::scalar
