@@ -102,7 +102,7 @@ class Int4Codec final : public BlockCodec {
     float* u = nullptr;
     if (h.flags & kFlagStochastic) {
       u = scratchUniforms(count);
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x);
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count);
     }
     cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
                           reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2, firstBad);

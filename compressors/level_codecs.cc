@@ -63,9 +63,10 @@ class QsgdCodec final : public BlockCodec {
     const Sections sec = sections(h);
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
-    // The tile is prefetched into L2 as the uniforms are drawn: its 16 KiB and the uniforms' 16 KiB would
-    // fill a 32 KiB L1 (into L1: 1.47-1.57x memcpy, into L2: 1.30-1.36x, none: 1.70x; docs/notes.md).
-    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x, true);
+    // The next tile is prefetched into L2 as this one's uniforms are drawn: its 16 KiB, this tile's and the
+    // uniforms' 16 KiB would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x memcpy, into L2:
+    // 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md).
+    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count, true);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
@@ -144,8 +145,9 @@ class TernGradCodec final : public BlockCodec {
     const Sections sec = sections(h);
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = scratchUniforms(count);
-    // The tile is prefetched as the uniforms are drawn (1.37x memcpy without, 1.16x with; docs/notes.md).
-    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x);
+    // The next tile is prefetched as this one's uniforms are drawn (1.37x memcpy without, 1.16x with this
+    // tile's; the next tile's: docs/notes.md).
+    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count);
     const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
                                                  reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
     return bad == count ? EncodeResult::kNoIndex : bad;

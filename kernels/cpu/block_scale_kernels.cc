@@ -491,14 +491,18 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
 
 void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
                   bool readAheadIntoL2) {
-  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made.
+  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made. The addresses are
+  // formed as integers: readAhead may run past the end of the caller's array (the tile after the last),
+  // which a prefetch may name (it never faults) but pointer arithmetic may not.
   [[maybe_unused]] auto prefetch = [&](size_t i, size_t count) {
     if (!readAhead) return;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(readAhead);
     for (size_t j = 0; j < count; j += 16) {
+      const auto* line = reinterpret_cast<const void*>(base + (i + j) * sizeof(float));
       if (readAheadIntoL2)
-        __builtin_prefetch(readAhead + i + j, 0, 2);  // prefetcht1
+        __builtin_prefetch(line, 0, 2);  // prefetcht1
       else
-        __builtin_prefetch(readAhead + i + j, 0, 3);  // prefetcht0
+        __builtin_prefetch(line, 0, 3);  // prefetcht0
     }
   };
   constexpr int kFields = 32 / kRoundingBits;        // elements per 32-bit word
@@ -512,7 +516,10 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
   {
     // 32 Philox calls per step (128 words, 128 * kFields elements), widened 16 at a time.
     constexpr size_t kStep = 128 * kFields;
-    const __m512 half = _mm512_set1_ps(0.5f), unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+    // (k + 1/2) 2^-b as one fused k 2^-b + 2^-(b+1): every step is exact (k < 2^16), so the fused and the
+    // two rounded operations give the same float, in one instruction.
+    const __m512 unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+    const __m512 halfUnit = _mm512_set1_ps(0.5f / static_cast<float>(1u << kRoundingBits));
     alignas(64) uint32_t words[128];
     for (; i + kStep <= n; i += kStep) {
       prefetch(i, kStep);
@@ -523,7 +530,7 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
             kRoundingBits == 16
                 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)))
                 : _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
-        _mm512_storeu_ps(u + i + j, _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(k), half), unit));
+        _mm512_storeu_ps(u + i + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), unit, halfUnit));
       }
     }
   }
@@ -534,7 +541,8 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
   // first, then single batches for what is left.
   static_assert(kRoundingBits == 16 || kRoundingBits == 8, "the vector path widens 8- or 16-bit fields");
   constexpr int kBatches = 4;
-  const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+  const __m256 unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
+  const __m256 halfUnit = _mm256_set1_ps(0.5f / static_cast<float>(1u << kRoundingBits));
   alignas(32) uint32_t words[32 * kBatches];
   const auto vectorSteps = [&](auto batches) {
     constexpr int K = decltype(batches)::value;
@@ -548,7 +556,11 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
                                 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
                                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
         const __m256i k = kRoundingBits == 16 ? _mm256_cvtepu16_epi32(raw) : _mm256_cvtepu8_epi32(raw);
-        _mm256_storeu_ps(u + i + j, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(k), half), unit));
+#if defined(__FMA__)
+        _mm256_storeu_ps(u + i + j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(k), unit, halfUnit));  // exact, as above
+#else
+        _mm256_storeu_ps(u + i + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(k), unit), halfUnit));
+#endif
       }
     }
   };

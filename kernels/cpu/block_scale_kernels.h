@@ -60,10 +60,12 @@ void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const f
                       bool accumulate);
 
 // u[i] = scalar::roundingUniform(stream, first + i): the stochastic-rounding uniforms (first may be any index).
-// readAhead (may be null): n floats the caller reads next, prefetched while the Philox math runs, so that a
-// tile's input streams from memory during the arithmetic instead of after it (one thread otherwise leaves
-// the memory idle while it draws uniforms, then the arithmetic idle while it reads). Into L1, or into L2
-// (readAheadIntoL2) where the tile and its uniforms together would crowd a 32 KiB L1 (docs/notes.md).
+// readAhead (may be null): n floats the caller reads soon, prefetched while the Philox math runs, so that
+// the input streams from memory during the arithmetic instead of after it (one thread otherwise leaves
+// the memory idle while it draws uniforms, then the arithmetic idle while it reads). The codecs pass the
+// tile after the one being encoded (which may lie past their input's end: prefetches never fault), so a
+// tile's loads were issued a whole tile's work before they are used. Into L1, or into L2
+// (readAheadIntoL2) where the tiles and their uniforms together would crowd a 32 KiB L1 (docs/notes.md).
 void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead = nullptr,
                   bool readAheadIntoL2 = false);
 
