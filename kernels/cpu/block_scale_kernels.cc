@@ -5,6 +5,7 @@
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/philox_batches.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/scalar/scale_limits.h"
 
 #include <algorithm>
@@ -491,19 +492,10 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
 
 void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
                   bool readAheadIntoL2) {
-  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made. The addresses are
-  // formed as integers: readAhead may run past the end of the caller's array (the tile after the last),
-  // which a prefetch may name (it never faults) but pointer arithmetic may not.
+  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made.
   [[maybe_unused]] auto prefetch = [&](size_t i, size_t count) {
-    if (!readAhead) return;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(readAhead);
-    for (size_t j = 0; j < count; j += 16) {
-      const auto* line = reinterpret_cast<const void*>(base + (i + j) * sizeof(float));
-      if (readAheadIntoL2)
-        __builtin_prefetch(line, 0, 2);  // prefetcht1
-      else
-        __builtin_prefetch(line, 0, 3);  // prefetcht0
-    }
+    if (readAhead)
+      prefetchFloats(readAhead, i, i + count, readAheadIntoL2 ? PrefetchInto::L2 : PrefetchInto::L1);
   };
   constexpr int kFields = 32 / kRoundingBits;        // elements per 32-bit word
   constexpr uint64_t kPerBlock = 4 * kFields;         // elements per Philox call
