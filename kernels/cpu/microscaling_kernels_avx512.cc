@@ -268,18 +268,43 @@ GRADCOMP_AVX512 inline __m512i laneMaxima16(const __m512i* a) {
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e);
 }
 
-// E2M1 codes of 16 magnitudes a (fp32 bits), with the sign bits of xb: elementCodes with E2M1's shifts as
-// immediates (22: its mantissa's 1 bit; 28: the sign to bit 3) and, as its largest value 6 tops its top
-// binade, the final minimum as the whole saturation.
-GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const ElementLanes& l) {
-  const __m512i sub =
-      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), l.magic)), l.magicBits);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 22), l.one);
-  const __m512i nor = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, l.rebias), odd), 22);
-  const __m512i code = _mm512_min_epu32(_mm512_mask_mov_epi32(nor, _mm512_cmplt_epu32_mask(a, l.minNormal), sub),
-                                        l.maxCode);
-  // code | (x's bits >> 28 & 8), one ternary-logic step: A | (B & C).
-  return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(xb, 28), _mm512_set1_epi32(8), 0xf8);
+// E2M1 by table: its seven rounding edges (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most two mantissa
+// bits, so a magnitude's code is fixed by its exponent and top two mantissa bits (a key: 1 + one quarter
+// binade from 0.25 up, 0 below, clamped at 8 where every code is 6's) except at an edge itself, the start
+// of its quarter, where round-to-nearest-even picks the even neighbour. Each entry is the code just above
+// the quarter's start, bit 3 set where the start is an edge whose upper neighbour is odd (0.25, 1.25, 2.5,
+// 5: there the code is one less). Built from the scalar rule, so it cannot drift from it.
+struct E2M1Table {
+  __m512i lo, hi;  // entries 0-15, 16-31
+};
+constexpr uint32_t kE2M1KeyBase = (0x3e800000u >> 21) - 1;  // key 1 starts at 0.25 (bits 0x3e800000)
+
+GRADCOMP_AVX512 E2M1Table e2m1TableFor() {
+  const ElementSpec s = elementSpec(ElementFormat::E2M1);
+  alignas(64) uint32_t entries[32];
+  entries[0] = 0;  // below 0.25, 0 included
+  for (uint32_t k = 1; k < 32; ++k) {
+    const uint32_t start = (k + kE2M1KeyBase) << 21;
+    const uint8_t above = floatToElement(bitsToFloat(start + 1), s), at = floatToElement(bitsToFloat(start), s);
+    entries[k] = above | (at != above ? 8u : 0u);  // at an odd-upper edge, at == above - 1
+  }
+  return {_mm512_load_si512(entries), _mm512_load_si512(entries + 16)};
+}
+
+// E2M1 codes of 16 magnitudes a (fp32 bits, finite), with the sign bits of xb (bit 31 to the code's bit 3).
+GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const E2M1Table& t) {
+  // The key: the top bits less the base, floored at 0 by the unsigned saturating 16-bit subtraction (the
+  // shifted bits fit the low half of each lane), capped at 31.
+  const __m512i key = _mm512_min_epu16(
+      _mm512_subs_epu16(_mm512_srli_epi32(a, 21), _mm512_set1_epi32(static_cast<int>(kE2M1KeyBase))),
+      _mm512_set1_epi32(31));
+  const __m512i entry = _mm512_permutex2var_epi32(t.lo, key, t.hi);
+  // An edge exactly: the mantissa bits below the key's are zero and the entry is flagged.
+  const __mmask16 exact = _mm512_testn_epi32_mask(a, _mm512_set1_epi32(0x1fffff));
+  const __mmask16 tie = _mm512_mask_test_epi32_mask(exact, entry, _mm512_set1_epi32(8));
+  const __m512i code = _mm512_mask_sub_epi32(entry, tie, entry, _mm512_set1_epi32(1));
+  // Bit 3 from the sign, bits 0-2 from the code: one ternary-logic select, C ? A : B.
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(xb, 28), code, _mm512_set1_epi32(8), 0xe4);
 }
 
 // 8 blocks' E2M1 codes (16 per register, values below 16) packed LSB-first, 64 bytes: narrowed to bytes by
@@ -304,6 +329,7 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
                                          uint64_t& saturated) {
   const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  const E2M1Table table = e2m1TableFor();
   const __m512i absMask = l.absMask;
   size_t g = 0;
   for (; g + 256 <= n; g += 256) {
@@ -329,7 +355,7 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
       for (int k = 0; k < 8; ++k) {
         const int j = 8 * half + k;
         const __m512i y = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j])));
-        c[k] = e2m1Codes(y, _mm512_loadu_si512(xg + 16 * j), l);
+        c[k] = e2m1Codes(y, _mm512_loadu_si512(xg + 16 * j), table);
       }
       storeNibbles8Blocks(c, packed + g / 2 + 64 * half);
     }
