@@ -6,6 +6,8 @@
 
 #include "kernels/cpu/avx512_intrinsics.h"
 
+#include <array>
+
 #if GRADCOMP_CPU_AVX512_KERNELS
 namespace gradcomp::cpu::avx512 {
 namespace {
@@ -279,16 +281,25 @@ struct E2M1Table {
 };
 constexpr uint32_t kE2M1KeyBase = (0x3e800000u >> 21) - 1;  // key 1 starts at 0.25 (bits 0x3e800000)
 
+// The entries, computed once (the encoder is called per 1024-value tile; 31 scalar conversions a call
+// cost as much as the tile's encode).
+const uint32_t* e2m1TableEntries() {
+  static const auto entries = [] {
+    const ElementSpec s = elementSpec(ElementFormat::E2M1);
+    std::array<uint32_t, 32> e{};  // e[0] = 0: below 0.25, 0 included
+    for (uint32_t k = 1; k < 32; ++k) {
+      const uint32_t start = (k + kE2M1KeyBase) << 21;
+      const uint8_t above = floatToElement(bitsToFloat(start + 1), s), at = floatToElement(bitsToFloat(start), s);
+      e[k] = above | (at != above ? 8u : 0u);  // at an odd-upper edge, at == above - 1
+    }
+    return e;
+  }();
+  return entries.data();
+}
+
 GRADCOMP_AVX512 E2M1Table e2m1TableFor() {
-  const ElementSpec s = elementSpec(ElementFormat::E2M1);
-  alignas(64) uint32_t entries[32];
-  entries[0] = 0;  // below 0.25, 0 included
-  for (uint32_t k = 1; k < 32; ++k) {
-    const uint32_t start = (k + kE2M1KeyBase) << 21;
-    const uint8_t above = floatToElement(bitsToFloat(start + 1), s), at = floatToElement(bitsToFloat(start), s);
-    entries[k] = above | (at != above ? 8u : 0u);  // at an odd-upper edge, at == above - 1
-  }
-  return {_mm512_load_si512(entries), _mm512_load_si512(entries + 16)};
+  const uint32_t* e = e2m1TableEntries();
+  return {_mm512_loadu_si512(e), _mm512_loadu_si512(e + 16)};
 }
 
 // E2M1 codes of 16 magnitudes a (fp32 bits, finite), with the sign bits of xb (bit 31 to the code's bit 3).
