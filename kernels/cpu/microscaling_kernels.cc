@@ -196,7 +196,7 @@ uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, Elemen
     return encodeThenPack(ns, bits, out, [&](uint8_t* codes) { return encodeMxBlocks(xs, ns, blockSize, fmt, codes, scales, bad); });
   };
 #if GRADCOMP_CPU_AVX2_MICROSCALING
-  if (bits != 6 && blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2)
+  if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2)
     return afterAvx2Blocks(avx2::encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes, firstBad), x, n,
                            blockSize, bits, packed, scaleCodes, firstBad, portable);
 #endif
@@ -246,7 +246,7 @@ void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, Ele
   const int bits = elementSpec(fmt).bits;
   size_t done = 0;
 #if GRADCOMP_CPU_AVX2_MICROSCALING
-  if (bits != 6 && blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
+  if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
     done = avx2::decodeMxBlocksPacked(packed, n, blockSize, fmt, scaleCodes, out, accumulate);
     if (done == n) return;
   }

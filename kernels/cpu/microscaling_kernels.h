@@ -19,7 +19,7 @@ uint64_t encodeMxBlocks(const float* x, size_t n, size_t blockSize, scalar::Elem
                         uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 // encodeMxBlocks with the codes packed LSB-first (fmt's 8, 6 or 4 bits each) into `packed`, which starts
 // on a byte (n elements from a multiple of 4); AVX-512 where cpu_path.h selects it and blockSize is a
-// multiple of 16, else, for 8- and 4-bit formats and blockSize a multiple of 8, the AVX2 kernels of
+// multiple of 16, else, for blockSize a multiple of 8, the AVX2 kernels of
 // microscaling_kernels_avx2.h over the whole blocks, else encodeMxBlocks and packBits. The same bytes
 // every way.
 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* packed,
@@ -39,8 +39,8 @@ void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t
 
 // The decoders' entry points on packed codes (as encodeMxBlocksPacked / encodeNvfp4BlocksPacked wrote
 // them, n elements from a byte) and one scale code per block: out (=|+=) element x the block's factor,
-// for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else AVX2 for the
-// 8- and 4-bit formats and blockSize % 8 == 0 (microscaling_kernels_avx2.h), else unpacked and decoded
+// for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else AVX2 for
+// blockSize % 8 == 0 (microscaling_kernels_avx2.h), else unpacked and decoded
 // block by block; the same values every way.
 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                           const uint8_t* scaleCodes, float* out, bool accumulate);

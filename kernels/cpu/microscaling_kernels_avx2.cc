@@ -1,8 +1,9 @@
 // The element conversion is microscaling_kernels.cc's branch-free ElementLane on 8 lanes, as the AVX-512
 // kernels run it on 16. AVX2 has no unsigned 32-bit compare: every compared magnitude is below 2^31
 // (the sign is masked off) and so is every threshold, so the signed compare gives the same answer.
-// Codes are packed without leaving registers: 8-bit by two unsigned narrowings, 4-bit by moving each
-// odd element's code beside the even one's within a 64-bit lane, then the same narrowings.
+// Codes are packed without leaving registers: 8-bit by two unsigned narrowings, 6-bit by two
+// multiply-adds that join neighbours (into 12 bits, then 24) and a byte shuffle, 4-bit by moving each odd
+// element's code beside the even one's within a 64-bit lane, then the same narrowings.
 #include "kernels/cpu/microscaling_kernels_avx2.h"
 
 #if GRADCOMP_CPU_AVX2_MICROSCALING
@@ -74,9 +75,36 @@ inline __m256 elementValues(__m256i c, const ElementSpec& s) {
   return _mm256_castsi256_ps(_mm256_or_si256(_mm256_blendv_epi8(normal, sub, subnormal), sign));
 }
 
-// Stores 16 codes (two registers of 8, each code at most 0xff) packed LSB-first: 16 bytes or 8.
+// 16 6-bit codes (two registers of 8, each code below 64) packed LSB-first into 12 bytes: neighbouring
+// codes joined into 12 bits by one multiply-add of 16-bit words (c0 + 64 c1), neighbouring pairs into 24
+// bits by a second (p0 + 4096 p1), then each 24-bit group's three bytes gathered in order.
+inline void store16Sixes(__m256i lo, __m256i hi, uint8_t* out) {
+  const __m256i w = _mm256_packus_epi32(lo, hi);  // 128-bit lane 0: codes 0-3, 8-11; lane 1: 4-7, 12-15
+  const __m256i pairs = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (64 << 16)));
+  // Per lane, dword 0: codes 0-3 (lane 1: 4-7), dword 1: codes 8-11 (lane 1: 12-15), then repeated.
+  const __m256i quads = _mm256_madd_epi16(_mm256_packus_epi32(pairs, pairs), _mm256_set1_epi32(1 | (4096 << 16)));
+  const __m256i b = _mm256_shuffle_epi8(quads, _mm256_setr_epi8(0, 1, 2, -1, -1, -1, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1,  //
+                                                                -1, -1, -1, 0, 1, 2, -1, -1, -1, 4, 5, 6, -1, -1, -1, -1));
+  const __m128i bytes = _mm_or_si128(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+  const uint32_t last = static_cast<uint32_t>(_mm_extract_epi32(bytes, 2));
+  std::memcpy(out + 8, &last, sizeof last);
+}
+
+// 8 6-bit codes packed into 6 bytes, as store16Sixes.
+inline void store8Sixes(__m256i c, uint8_t* out) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  const __m128i pairs = _mm_madd_epi16(w, _mm_set1_epi32(1 | (64 << 16)));
+  const __m128i quads = _mm_madd_epi16(_mm_packus_epi32(pairs, pairs), _mm_set1_epi32(1 | (4096 << 16)));
+  const uint64_t q = static_cast<uint64_t>(_mm_cvtsi128_si64(quads));  // codes 0-3 in bits 0-23, 4-7 in 32-55
+  const uint64_t bytes = (q & 0xffffff) | ((q >> 32) << 24);
+  std::memcpy(out, &bytes, 6);  // x86 is little-endian: the low 6 bytes
+}
+
+// Stores 16 codes (two registers of 8, each code at most 0xff) packed LSB-first: 16, 12 or 8 bytes.
 inline void store16(__m256i lo, __m256i hi, int bits, uint8_t* out) {
   if (bits == 4) return storeNibbles16(lo, hi, out);
+  if (bits == 6) return store16Sixes(lo, hi, out);
   // Unsigned narrowings within 128-bit lanes leave lo's first four codes in dword 0, hi's in dword 1,
   // lo's last four in dword 4 and hi's in dword 5: a dword permute puts them in order.
   const __m256i w = _mm256_packus_epi32(lo, hi);
@@ -84,9 +112,10 @@ inline void store16(__m256i lo, __m256i hi, int bits, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
 }
 
-// Stores 8 codes packed: 8 bytes or 4.
+// Stores 8 codes packed: 8, 6 or 4 bytes.
 inline void store8(__m256i c, int bits, uint8_t* out) {
   if (bits == 4) return storeNibbles8(c, out);
+  if (bits == 6) return store8Sixes(c, out);
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
@@ -239,10 +268,28 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uin
 
 // ---------------------------------------------------------------- decode
 
-// 8 codes from packed bytes, one per 32-bit lane: 8 bytes, or 4 bytes of two 4-bit codes (low nibble
-// first).
+// 8 6-bit codes from 6 bytes: lane k takes the two bytes that hold bits 6k..6k+5 (from byte 6k / 8), as
+// one 16-bit word shifted down by 6k mod 8 and masked.
+inline __m256i unpack8Sixes(const uint8_t* in) {
+  // Only the group's 6 bytes (the last group may end the payload), as a 4- and a 2-byte load joined in
+  // registers: a 6-byte memcpy into an 8-byte word went through the stack, and its reload, which store
+  // forwarding cannot serve from two narrower stores, stalled the decoder (25 ms per 16M values, from 4).
+  uint32_t low;
+  uint16_t high;
+  std::memcpy(&low, in, sizeof low);
+  std::memcpy(&high, in + 4, sizeof high);
+  const uint64_t word = low | (static_cast<uint64_t>(high) << 32);
+  const __m128i pairs = _mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(word)),
+                                         _mm_setr_epi8(0, 1, 0, 1, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5, 5, 6));
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu16_epi32(pairs), _mm256_setr_epi32(0, 6, 4, 2, 0, 6, 4, 2)),
+                          _mm256_set1_epi32(0x3f));
+}
+
+// 8 codes from packed bytes, one per 32-bit lane: 8 bytes, 6 bytes of 6-bit codes, or 4 bytes of two
+// 4-bit codes (low nibble first).
 inline __m256i unpack8(const uint8_t* in, int bits) {
   if (bits == 8) return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in)));
+  if (bits == 6) return unpack8Sixes(in);
   uint32_t word;
   std::memcpy(&word, in, sizeof word);
   // Each byte to two lanes, the odd lane's shifted down by 4, both masked to a nibble.

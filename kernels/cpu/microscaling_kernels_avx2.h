@@ -1,4 +1,4 @@
-// AVX2 encoders and decoders of the 8- and 4-bit block-scaled narrow formats (MXFP8, MXFP4, NVFP4), called by
+// AVX2 encoders and decoders of the block-scaled narrow formats (MXFP8, MXFP6, MXFP4, NVFP4), called by
 // microscaling_kernels.cc on the avx2 path (and on the avx512 path for blocks that are a multiple of 8
 // but not of 16) for whole blocks of a multiple of 8 values: each group of blocks' maxima, scales,
 // element codes, saturation count and bit packing in registers, one pass over the input. Without them
@@ -6,7 +6,7 @@
 // at 16-32 values a block the compiler's vectorization of the element conversion stays partly scalar;
 // the portable decoders unpack into a scratch array and look every code up in a table.
 // Same bytes as the scalar steps of kernels/scalar/element_formats.h (pinned by the golden wire hashes
-// and tests/kernels/block_kernel_paths_test.cc). MXFP6's 6-bit packing stays on the portable path.
+// and tests/kernels/block_kernel_paths_test.cc).
 #pragma once
 
 #include <cstddef>
@@ -31,15 +31,14 @@ struct BlocksEncoded {
   size_t done = 0;
 };
 
-// encodeMxBlocksPacked / encodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0 and a
-// format of 8 or 4 bits.
+// encodeMxBlocksPacked / encodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0.
 BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                                    uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad);
 BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                       uint8_t* scaleCodes, uint64_t* firstBad);
 
-// decodeMxBlocksPacked / decodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0 and a
-// format of 8 or 4 bits, over the whole blocks: returns the values decoded (the caller decodes a short
+// decodeMxBlocksPacked / decodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0, over
+// the whole blocks: returns the values decoded (the caller decodes a short
 // last block). The codes are those the payload check accepted (finite).
 size_t decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                             const uint8_t* scaleCodes, float* out, bool accumulate);
