@@ -28,11 +28,21 @@ class SignCodec final : public BlockCodec {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      const uint64_t first = begin + off;
-      scales[block] = cpu::encodeSignBlock(x + off, len, first, bits + first / 8);
-    });
+    cpu::encodeSignBlocks(x, count, h.blockSize, begin, bits + begin / 8, scales + begin / h.blockSize);
   }
+  // The encoder's largest |x| tells Inf/NaN in the same pass (as the casts'): the tile is read once.
+  uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                             const EncodeContext&, uint64_t&, bool) const override {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* bits = reinterpret_cast<uint8_t*>(payload + sec.offset[1]);
+    uint32_t largest = 0;
+    cpu::encodeSignBlocks(x, count, h.blockSize, begin, bits + begin / 8, scales + begin / h.blockSize, &largest);
+    return largest >= 0x7f800000u ? firstNonFinite(std::span<const float>(x, count)) : EncodeResult::kNoIndex;
+  }
+  // Four or more whole blocks a tile (1024-element blocks by default), so the encoder interleaves their
+  // sums; the tile's NaN/Inf scan and then its encode still read it from L1.
+  uint64_t tileMultiple() const override { return 4; }
   scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.allowZero = true}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);

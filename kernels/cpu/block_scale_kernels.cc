@@ -82,9 +82,10 @@ static void encodeFp8Impl(const float* x, size_t n, size_t blockSize, Fp8Format 
   const uint32_t overflowBits = maxBits + (1u << (22 - s.mantBits));
   uint64_t sat = 0;
 #if GRADCOMP_CPU_AVX512_KERNELS
-  if (!kResidual && activeCpuPath() == CpuPath::Avx512) {
-    // 16 lanes a step, tails masked (block_scale_kernels_avx512.cc); the residual variant keeps AVX2.
-    saturated += avx512::encodeFp8Blocks(x, n, blockSize, s, overflowBits, codes, scales, firstBad);
+  if (activeCpuPath() == CpuPath::Avx512) {
+    // 16 lanes a step, tails masked (block_scale_kernels_avx512.cc), the residual's decode in the same lanes.
+    saturated += avx512::encodeFp8Blocks(x, n, blockSize, s, overflowBits, codes, scales, firstBad,
+                                         kResidual ? residual : nullptr);
     return;
   }
 #endif

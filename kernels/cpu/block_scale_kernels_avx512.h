@@ -13,14 +13,18 @@ namespace gradcomp::cpu::avx512 {
 
 // The largest |bits| of x[0..n) (order-free, so exact).
 uint32_t maxAbsBits(const float* x, size_t n);
+// The largest |bits| of g[i] + e[i] over [0, n) (each sum rounded to fp32 first, as the encoders form it).
+uint32_t maxAbsBitsOfSum(const float* g, const float* e, size_t n);
 
 // Consecutive blocks of x (the last may be short): scales[b] = blockScaleFor(amax of block b), codes[i] =
 // fp8(x[i] * scale), every lane (tails masked). Returns the values at or past overflowBits (the rounding
 // midpoint above the largest code): the saturations.
 // With firstBad given, a block whose maximum reaches Inf's stops the encoding with *firstBad = the index
 // of its first NaN/Inf.
+// With residual given, residual[i] = x[i] - decodeFp8Block's value of codes[i] (error feedback's new error).
 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scalar::Fp8Spec& spec,
-                         uint32_t overflowBits, uint8_t* codes, float* scales, size_t* firstBad = nullptr);
+                         uint32_t overflowBits, uint8_t* codes, float* scales, size_t* firstBad = nullptr,
+                         float* residual = nullptr);
 
 // codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + uniforms[i])
 // when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote.

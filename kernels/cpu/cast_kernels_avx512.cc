@@ -159,7 +159,14 @@ GRADCOMP_AVX512 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bo
   while (i + 16 <= n) {
     Bf16Lanes acc{maxBits, _mm512_setzero_si512()};
     const size_t end = n - i > kCountSpan ? i + kCountSpan : n;
-    for (; i + 16 <= end; i += 16) store16(out, i, bf16Lanes(_mm512_loadu_si512(in + i), 0xffff, acc, highWords), stream);
+    for (; i + 16 <= end; i += 16) {
+      __m512i x = _mm512_loadu_si512(in + i);
+      // One load into a register: left to itself the compiler folds the load into each of the four
+      // instructions that read x, and four loads per line in flight from memory fill the load queue a
+      // quarter as far ahead (on Zen 5, 4.2 ms per 16M values where fp16's single load takes 2.0).
+      __asm__("" : "+v"(x));
+      store16(out, i, bf16Lanes(x, 0xffff, acc, highWords), stream);
+    }
     maxBits = acc.maxBits;
     saturated += static_cast<uint64_t>(_mm512_reduce_add_epi32(acc.saturated));
   }

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/microscaling_kernels_avx2.h"
 #include "kernels/cpu/microscaling_kernels_avx512.h"
@@ -13,9 +14,17 @@ namespace gradcomp::cpu {
 
 using namespace scalar;
 
-float absMax(const float* x, size_t n) { return blockAmax(x, n); }
+float absMax(const float* x, size_t n) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512) return bitsToFloat(avx512::maxAbsBits(x, n));
+#endif
+  return blockAmax(x, n);
+}
 
 float absMaxOfSum(const float* g, const float* e, size_t n) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512) return bitsToFloat(avx512::maxAbsBitsOfSum(g, e, n));
+#endif
   uint32_t m = 0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, absBits(g[i] + e[i]));
   return bitsToFloat(m);

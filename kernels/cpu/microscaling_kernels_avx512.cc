@@ -5,6 +5,7 @@
 #include "kernels/cpu/microscaling_kernels_avx512.h"
 
 #include "kernels/cpu/avx512_intrinsics.h"
+#include "kernels/cpu/prefetch.h"
 
 #include <array>
 
@@ -345,6 +346,9 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
   size_t g = 0;
   for (; g + 256 <= n; g += 256) {
     const float* xg = x + g;
+    // The input 4 KiB ahead (one group's 16 lines): this first read of x streams from memory, and the
+    // hardware prefetchers alone leave it stalled between groups (4.84 -> 4.70 ms per 16M values).
+    prefetchFloats(x, g + 1024, g + 1280, PrefetchInto::L1);
     __m512i a[16];
     for (int j = 0; j < 16; ++j) a[j] = _mm512_and_si512(_mm512_loadu_si512(xg + 16 * j), absMask);
     const __m512i amax = laneMaxima16(a);

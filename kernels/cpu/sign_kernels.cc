@@ -1,5 +1,9 @@
 #include "kernels/cpu/sign_kernels.h"
 
+#include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/prefetch.h"
+#include "kernels/scalar/host_device.h"
+
 #include <cmath>
 #include <vector>
 
@@ -9,6 +13,8 @@
 #endif
 
 namespace gradcomp::cpu {
+
+using scalar::floatBits;
 
 void writeBits(const uint8_t* flags, size_t n, size_t bitOffset, uint8_t* bits) {
   size_t i = 0;
@@ -119,6 +125,58 @@ float encodeSignBlock(const float* x, size_t n, uint64_t first, uint8_t* bits) {
     writeBits(f, n - i, (first + i) & 7u, bits + (((first & 7u) + i) >> 3));
   }
   return n ? static_cast<float>(sum.total() / static_cast<double>(n)) : 0.0f;
+}
+
+void encodeSignBlocks(const float* x, size_t n, size_t blockSize, uint64_t first, uint8_t* bits, float* scales,
+                      uint32_t* maxAbsBits) {
+  size_t b0 = 0, block = 0;
+  uint32_t largest = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+  // One block's sums are two chains of dependent double adds (lanes 0-3 and 4-7, in the element order
+  // that fixes the bytes), so a lone block runs at the adds' latency, about half a cycle per element;
+  // four blocks' chains interleaved run at their throughput. Each block's lanes, order and bits are
+  // encodeSignBlock's, so the scales are bit for bit the same.
+  constexpr size_t kBlocks = 4;
+  if ((first & 7u) == 0 && blockSize % 8 == 0) {
+    const __m256 zero = _mm256_setzero_ps(), absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256i maxBits = _mm256_setzero_si256();
+    for (; b0 + kBlocks * blockSize <= n; b0 += kBlocks * blockSize, block += kBlocks) {
+      LaneAcc acc[kBlocks];
+      for (size_t i = 0; i < blockSize; i += 8) {
+        for (size_t k = 0; k < kBlocks; ++k) {
+          const size_t at = b0 + k * blockSize + i;
+          // This is the tile's one read from memory (the codec checks finiteness through `largest`):
+          // the same line of the next four blocks is asked for, 4 x blockSize ahead.
+          if (i % 16 == 0) prefetchFloats(x, at + kBlocks * blockSize, at + kBlocks * blockSize + 1, PrefetchInto::L1);
+          const __m256 v = _mm256_loadu_ps(x + at);
+          const int gt = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ));
+          const int eq = _mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_EQ_OQ));
+          bits[at >> 3] = static_cast<uint8_t>(gt | (eq & 0x55));
+          const __m256 magnitude = _mm256_and_ps(v, absMask);
+          maxBits = _mm256_max_epu32(maxBits, _mm256_castps_si256(magnitude));
+          acc[k].add(magnitude);
+        }
+      }
+      for (size_t k = 0; k < kBlocks; ++k) {
+        LaneSums sum;
+        acc[k].store(sum);
+        scales[block + k] = static_cast<float>(sum.total() / static_cast<double>(blockSize));
+      }
+    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), maxBits);
+    for (const uint32_t l : lanes) largest = l > largest ? l : largest;
+  }
+#endif
+  if (maxAbsBits && b0 < n) {
+    const float rest = blockAmax(x + b0, n - b0);
+    largest = floatBits(rest) > largest ? floatBits(rest) : largest;
+  }
+  for (; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = blockSize < n - b0 ? blockSize : n - b0;
+    scales[block] = encodeSignBlock(x + b0, len, first + b0, bits + (((first & 7u) + b0) >> 3));
+  }
+  if (maxAbsBits) *maxAbsBits = largest;
 }
 
 void decodeSignBlock(const uint8_t* bits, size_t bitOffset, size_t n, float scale, float* out, bool accumulate) {

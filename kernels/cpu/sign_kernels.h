@@ -16,6 +16,12 @@ namespace gradcomp::cpu {
 
 // `first` is the global index of x[0]; bits points at the byte holding it. Returns mean(|x|).
 float encodeSignBlock(const float* x, size_t n, uint64_t first, uint8_t* bits);
+// Consecutive blocks of x (the last may be short), each as encodeSignBlock (same bits, same scale, bit for
+// bit) with its scale in scales[b]: x[0] is global element `first`, bits points at the byte holding it.
+// With maxAbsBits given, the largest |x| as fp32 bits goes there (at or above 0x7f800000: x holds a
+// NaN/Inf, and the output is not to be used).
+void encodeSignBlocks(const float* x, size_t n, size_t blockSize, uint64_t first, uint8_t* bits, float* scales,
+                      uint32_t* maxAbsBits = nullptr);
 // Decodes n elements whose first bit is bit `bitOffset` of bits[0].
 void decodeSignBlock(const uint8_t* bits, size_t bitOffset, size_t n, float scale, float* out, bool accumulate);
 

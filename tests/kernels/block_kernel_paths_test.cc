@@ -5,6 +5,7 @@
 // land in every format's subnormals, and are non-finite.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -274,6 +275,52 @@ TEST(BlockSumSquares, EveryBlockInAnyGroupingEqualsTheDocumentedOrder) {
       }
   EXPECT_EQ(compared, 396u);  // 6 block sizes x 5 lengths x 2, every block of each
 }
+
+// The whole-tensor maxima (NVFP4's tensor scale, a rotated tensor's): |x| and |g + e| as fp32 bits on this
+// path against a plain loop, at every length through the 64-value unrolled loop's tails and past the
+// 4096 where it starts, with the largest magnitude negative and moved across every position class
+// (each of the four accumulators, the 16-lane tail, the masked tail), and a NaN or an Inf that must win.
+class TensorAmaxPaths : public CpuPathTest {};
+
+TEST_P(TensorAmaxPaths, EveryLengthAndPositionGivesThePlainLoopsMaximum) {
+  setCpuPath(GetParam());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 80; ++n) lengths.push_back(n);
+  for (const size_t n : {4095, 4096, 4097, 4096 + 63, 4096 + 64 + 17, 70001}) lengths.push_back(n);
+  size_t compared = 0;
+  for (const size_t n : lengths) {
+    std::mt19937_64 rng(n);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> g(n), e(n);
+    for (size_t i = 0; i < n; ++i) {
+      g[i] = normal(rng);
+      e[i] = normal(rng) * 0.5f;
+    }
+    std::vector<size_t> positions = {0, n / 2, n - (n > 0)};
+    for (size_t p = n > 4096 ? n - 130 : 0; p < n; p += n > 4096 ? 7 : 1) positions.push_back(p);
+    for (const size_t pos : positions) {
+      for (const float special : {-1e3f, std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
+        if (n == 0) continue;
+        std::vector<float> x = g, ee = e;
+        x[pos] = special;
+        ee[pos] = special == -1e3f ? -7.0f : 0.0f;
+        uint32_t want = 0, wantSum = 0;
+        for (size_t i = 0; i < n; ++i) {
+          want = std::max(want, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+          wantSum = std::max(wantSum, std::bit_cast<uint32_t>(x[i] + ee[i]) & 0x7fffffffu);
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(absMax(x.data(), n)), want) << "n " << n << " at " << pos;
+        ASSERT_EQ(std::bit_cast<uint32_t>(absMaxOfSum(x.data(), ee.data(), n)), wantSum) << "n " << n << " at " << pos;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(std::bit_cast<uint32_t>(absMax(nullptr, 0)), 0u);
+  EXPECT_GT(compared, 12000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuPaths, TensorAmaxPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2),
+                         cpuPathTestName);
 
 INSTANTIATE_TEST_SUITE_P(CpuPaths, LevelKernelPaths, ::testing::Values(CpuPath::Avx512, CpuPath::Avx2),
                          cpuPathTestName);

@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <cmath>
+#include <bit>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -136,6 +139,46 @@ TEST(LevelCodes, SignAndOneBitBitsAndValuesMatchTheCpu) {
         ASSERT_EQ(bitsOf(scalar::twoValued(bit, m.positive, m.negative)), bitsOf(decoded[i])) << i;
       }
     }
+}
+
+// The tile encoder (four blocks' sums interleaved) against encodeSignBlock block by block: the same bits
+// (bytes around them untouched), the same scales bit for bit, and the largest |x| it returns for the
+// codec's NaN/Inf check, for block sizes that take the interleaved loop (multiples of 8) and ones that do
+// not, starts that are byte-aligned and not, lengths with a short last block and fewer than four blocks.
+TEST(LevelCodes, SignTileEncoderEqualsTheBlockEncoder) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  size_t compared = 0;
+  for (const size_t blockSize : {size_t{1024}, size_t{64}, size_t{8}, size_t{24}, size_t{1000}, size_t{7}})
+    for (const uint64_t first : {uint64_t{0}, uint64_t{8 * 1024}, uint64_t{3}})
+      for (const size_t n : {blockSize * 4, blockSize * 9 - 1, blockSize * 3, blockSize * 8 + 5, size_t{1}})
+        for (const float special : {0.0f, std::numeric_limits<float>::quiet_NaN(), -INFINITY}) {
+          SCOPED_TRACE(::testing::Message() << "block " << blockSize << " first " << first << " n " << n);
+          std::vector<float> x(n);
+          for (size_t i = 0; i < n; ++i) x[i] = rng() % 9 == 0 ? 0.0f : normal(rng);  // zeros: the even/odd rule
+          x[n - 1 - n / 3] = special == 0.0f ? -5.5f : special;
+          const size_t blocks = (n + blockSize - 1) / blockSize, bytes = (first % 8 + n) / 8 + 2;
+          std::vector<uint8_t> got(bytes, 0xa5), want(bytes, 0xa5);
+          std::vector<float> scales(blocks, -1.0f), wantScales(blocks);
+          uint32_t largest = 0;
+          cpu::encodeSignBlocks(x.data(), n, blockSize, first, got.data(), scales.data(), &largest);
+          uint32_t wantLargest = 0;
+          for (const float v : x) wantLargest = std::max(wantLargest, std::bit_cast<uint32_t>(v) & 0x7fffffffu);
+          ASSERT_EQ(largest >= 0x7f800000u, wantLargest >= 0x7f800000u);
+          if (wantLargest >= 0x7f800000u) continue;  // the codec discards the output
+          ASSERT_EQ(largest, wantLargest);
+          for (size_t b = 0; b < blocks; ++b) {
+            const size_t b0 = b * blockSize, len = std::min(blockSize, n - b0);
+            wantScales[b] = cpu::encodeSignBlock(x.data() + b0, len, first + b0, want.data() + (first % 8 + b0) / 8);
+            ASSERT_EQ(bitsOf(scales[b]), bitsOf(wantScales[b])) << "block " << b;
+          }
+          ASSERT_EQ(got, want);
+          std::vector<uint8_t> again(bytes, 0xa5);  // without the maximum asked for: the same output
+          cpu::encodeSignBlocks(x.data(), n, blockSize, first, again.data(), scales.data());
+          ASSERT_EQ(again, want);
+          ++compared;
+        }
+  EXPECT_EQ(compared, 90u);  // 6 block sizes x 3 starts x 5 lengths, the finite case of each
 }
 
 TEST(LevelCodes, WordPackingMatchesTheCpuPackerForEveryWidth) {
