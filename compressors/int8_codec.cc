@@ -41,24 +41,17 @@ class Int8Codec final : public BlockCodec {
   // once, not scanned first and encoded after.
   uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                              const EncodeContext& ctx, uint64_t&, bool) const override {
-    const Sections sec = sections(h);
-    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
-    auto* codes = reinterpret_cast<int8_t*>(payload + sec.offset[1]) + begin;
-    float* u = nullptr;
-    if (stochastic_) {
-      u = scratchUniforms(count);
-      // The next 4 KiB tile is prefetched into L1 as this tile's uniforms are drawn, so its loads have a
-      // whole tile's work to arrive in (none: 1.48x memcpy; this tile: 1.21x; the next: 5.6 against 6.3 ms
-      // for this tile's, in alternating rounds; docs/notes.md).
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count);
-    }
-    for (uint64_t off = 0; off < count; off += h.blockSize) {
-      const uint64_t len = std::min<uint64_t>(h.blockSize, count - off);
-      bool nonFinite = false;
-      scales[(begin + off) / h.blockSize] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off, &nonFinite);
-      if (nonFinite) return off + firstNonFinite(std::span<const float>(x + off, len));
-    }
-    return EncodeResult::kNoIndex;
+    // The next 4 KiB tile is prefetched into L1 as this tile's uniforms are drawn, so its loads have a
+    // whole tile's work to arrive in (none: 1.48x memcpy; this tile: 1.21x; the next: 5.6 against 6.3 ms
+    // for this tile's, in alternating rounds; docs/notes.md).
+    return encodeBlocks(h, x, begin, count, payload, ctx, x + count, nullptr);
+  }
+  // Error feedback's step with the residual written from the codes in registers, not by a decode of the
+  // tile and a subtraction (the same bits: decodeInt8Block's product, then the difference). x is the
+  // tile's g + e in a scratch buffer, already checked finite; nothing after it is worth prefetching.
+  void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext& ctx, uint64_t&, float* residualOut, float*) const override {
+    encodeBlocks(h, x, begin, count, payload, ctx, nullptr, residualOut);
   }
   scalar::ScaleRule scaleRule(const WireHeader&) const override { return scalar::ScaleRule{.reciprocalOf = 127.0f}; }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
@@ -100,6 +93,28 @@ class Int8Codec final : public BlockCodec {
 #endif
 
  private:
+  // The tile's blocks: scales and codes into the payload (residual too when given); returns the first
+  // NaN/Inf's index in the tile, or kNoIndex.
+  uint64_t encodeBlocks(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                        const EncodeContext& ctx, const float* readAhead, float* residual) const {
+    const Sections sec = sections(h);
+    auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
+    auto* codes = reinterpret_cast<int8_t*>(payload + sec.offset[1]) + begin;
+    float* u = nullptr;
+    if (stochastic_) {
+      u = scratchUniforms(count);
+      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, readAhead);
+    }
+    for (uint64_t off = 0; off < count; off += h.blockSize) {
+      const uint64_t len = std::min<uint64_t>(h.blockSize, count - off);
+      bool nonFinite = false;
+      scales[(begin + off) / h.blockSize] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off,
+                                                                 &nonFinite, residual ? residual + off : nullptr);
+      if (nonFinite) return off + firstNonFinite(std::span<const float>(x + off, len));
+    }
+    return EncodeResult::kNoIndex;
+  }
+
   bool stochastic_;
 };
 

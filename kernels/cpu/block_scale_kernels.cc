@@ -293,22 +293,25 @@ size_t firstInt4Minimum(const uint8_t* packed, size_t n) {
 }
 
 // The scalar reference of encodeSymmetricIntBlock's codes (and the vector paths' tails).
-static void finishSymmetricInt(const float* x, size_t n, float scale, float top, const float* uniforms, int8_t* codes) {
-  if (uniforms) {
-    for (size_t i = 0; i < n; ++i) {
-      const float q = std::floor(x[i] * scale + uniforms[i]);
-      codes[i] = static_cast<int8_t>(std::clamp(q, -top, top));
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const float q = std::nearbyint(x[i] * scale);
-      codes[i] = static_cast<int8_t>(std::clamp(q, -top, top));
-    }
+// residual (when given): x - code x fl(1 / scale), decodeInt8Block's value subtracted.
+static void finishSymmetricInt(const float* x, size_t n, float scale, float top, const float* uniforms, int8_t* codes,
+                               float* residual) {
+  // One loop per rounding, so that each stays branch-free (the portable build's whole encoder).
+  const auto finish = [&](auto round) {
+    for (size_t i = 0; i < n; ++i) codes[i] = static_cast<int8_t>(std::clamp(round(i), -top, top));
+  };
+  if (uniforms)
+    finish([&](size_t i) { return std::floor(x[i] * scale + uniforms[i]); });
+  else
+    finish([&](size_t i) { return std::nearbyint(x[i] * scale); });
+  if (residual) {
+    const float inv = 1.0f / scale;
+    for (size_t i = 0; i < n; ++i) residual[i] = x[i] - static_cast<float>(codes[i]) * inv;
   }
 }
 
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
-                              bool* nonFinite) {
+                              bool* nonFinite, float* residual) {
   const float top = static_cast<float>(maxCode);
   size_t i0 = 0;
 #if GRADCOMP_CPU_AVX512_KERNELS
@@ -321,8 +324,9 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
       return 0.0f;
     }
     const float scale = blockScale(bitsToFloat(amaxBits), top);
-    i0 = avx512::symmetricIntCodes(x, n, scale, top, uniforms, codes);
-    finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0);
+    i0 = avx512::symmetricIntCodes(x, n, scale, top, uniforms, codes, residual);
+    finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
+                       residual ? residual + i0 : nullptr);
     return scale;
   }
 #endif
@@ -338,18 +342,22 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
     // the same two roundings as the scalar loop; clamp; pack with signed saturation (values are already
     // within +-maxCode).
     const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
+    const __m256 vInv = _mm256_set1_ps(1.0f / scale);
     for (; i0 + 8 <= n; i0 += 8) {
-      const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i0), vScale);
+      const __m256 v = _mm256_loadu_ps(x + i0);
+      const __m256 scaled = _mm256_mul_ps(v, vScale);
       __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i0)))
                           : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
       const __m256i qi = _mm256_cvtps_epi32(q);
       const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
+      if (residual) _mm256_storeu_ps(residual + i0, _mm256_sub_ps(v, _mm256_mul_ps(q, vInv)));
     }
   }
 #endif
-  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0);
+  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
+                     residual ? residual + i0 : nullptr);
   return scale;
 }
 
@@ -469,8 +477,9 @@ void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const f
     decodeInt8Block(codes + b0, std::min(blockSize, n - b0), scales[block], out + b0, accumulate);
 }
 
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite) {
-  return encodeSymmetricIntBlock(x, n, 127, uniforms, codes, nonFinite);
+float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite,
+                      float* residual) {
+  return encodeSymmetricIntBlock(x, n, 127, uniforms, codes, nonFinite, residual);
 }
 
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate) {

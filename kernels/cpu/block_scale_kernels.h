@@ -43,10 +43,13 @@ size_t encodeFp8BlocksChecked(const float* x, size_t n, size_t blockSize, scalar
 // floor(v + u); nullptr rounds to nearest even.
 // With nonFinite given, a block holding a NaN/Inf (its largest |bits|, which the scale needs anyway,
 // reaches Inf's) sets *nonFinite and writes no codes: the codec's input check rides in this pass.
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite = nullptr);
+// With residual given, residual[i] = x[i] - decodeInt8Block's value of codes[i] (error feedback's new
+// error, bit for bit: code x fl(1 / scale), then the subtraction), from the code still in a register.
+float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite = nullptr,
+                      float* residual = nullptr);
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
-                              bool* nonFinite = nullptr);
+                              bool* nonFinite = nullptr, float* residual = nullptr);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 // Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the
 // codes as two's complement nibbles, LSB-first (element 2j in the low nibble of packed[j]; a last odd

@@ -128,17 +128,21 @@ GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockS
 }
 
 GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms,
-                                         int8_t* codes) {
+                                         int8_t* codes, float* residual) {
   const __m512 vScale = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-maxCode), hi = _mm512_set1_ps(maxCode);
+  const __m512 vInv = _mm512_set1_ps(1.0f / scale);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), vScale);
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 scaled = _mm512_mul_ps(v, vScale);
     __m512 q = uniforms ? _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)),
                                                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
                         : _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
     // Integral and within +-127: the conversion is exact, the signed narrowing never saturates.
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q)));
+    // q is the code's exact value, so q x inv is the decoder's product (two roundings, no FMA).
+    if (residual) _mm512_storeu_ps(residual + i, _mm512_sub_ps(v, _mm512_mul_ps(q, vInv)));
   }
   return i;
 }

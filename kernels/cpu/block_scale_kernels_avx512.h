@@ -27,8 +27,10 @@ uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scala
                          float* residual = nullptr);
 
 // codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + uniforms[i])
-// when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote.
-size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms, int8_t* codes);
+// when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote. With residual
+// given, also residual[i] = x[i] - codes[i] x fl(1 / scale) (decodeInt8Block's value).
+size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms, int8_t* codes,
+                         float* residual = nullptr);
 
 // encodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16: each block's amax,
 // scale and nibbles in registers, the nibbles paired within 64-bit lanes and narrowed by vpmovqb.
