@@ -81,6 +81,14 @@ class MxCodec final : public BlockCodec {
     saturated += cpu::encodeMxBlocksPacked(x, count, h.blockSize, formatOf(h), packed, scaleCodes, &bad);
     return bad;
   }
+  // Error feedback's step: the residual from the codes in registers (AVX-512), not a decode of the tile.
+  void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {
+    const Sections sec = sections(h);
+    auto* scaleCodes = reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize;
+    auto* packed = reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin * bitsOf(h) / 8;
+    saturated += cpu::encodeMxBlocksPackedWithResidual(x, count, h.blockSize, formatOf(h), packed, scaleCodes, residualOut);
+  }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const Sections sec = sections(h);
     const scalar::ElementSpec s = scalar::elementSpec(formatOf(h));

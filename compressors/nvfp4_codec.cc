@@ -8,10 +8,12 @@
 //
 // Validation: t must be a positive normal float with 6 x 448 x t finite; a block scale code must be a
 // finite non-negative E4M3 number. Every E2M1 code is finite, so an accepted payload decodes finite.
+#include <algorithm>
 #include <cfloat>
 #include <iomanip>
 
 #include "compressors/block_codec.h"
+#include "compressors/tile_ranges.h"
 #include "core/error.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/microscaling_kernels.h"
@@ -43,7 +45,19 @@ class Nvfp4Codec final : public BlockCodec {
       amax = deviceAmax(grad, residual, n, exec);
 #endif
     } else {
-      amax = residual ? cpu::absMaxOfSum(grad, residual, n) : cpu::absMax(grad, n);
+      // Split over the encode's threads as its tiles are: one thread alone left this read, a third of a
+      // two-thread encode's time, with the second thread idle.
+      constexpr uint64_t kChunk = uint64_t{1} << 16;
+      std::vector<float> largest(static_cast<size_t>(std::max(1, exec.cpuThreads)), 0.0f);
+      forTileRanges(ceilDiv(n, kChunk), n, exec.cpuThreads, [&](uint64_t c0, uint64_t c1, uint64_t thread) {
+        const uint64_t begin = c0 * kChunk, count = std::min(n, c1 * kChunk) - std::min(n, begin);
+        if (count == 0) return;
+        largest[thread] = residual ? cpu::absMaxOfSum(grad + begin, residual + begin, count) : cpu::absMax(grad + begin, count);
+      });
+      // Combined as magnitude bits, as absMax compares them: a NaN part stays NaN (a float max would drop it).
+      uint32_t bits = 0;
+      for (const float m : largest) bits = std::max(bits, scalar::floatBits(m));
+      amax = scalar::bitsToFloat(bits);
     }
     return scalar::floatBits(scalar::nvfp4TensorScale(amax));
   }
@@ -71,6 +85,14 @@ class Nvfp4Codec final : public BlockCodec {
                                               reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize,
                                               &bad);
     return bad;
+  }
+  // Error feedback's step: the residual from the codes in registers (AVX-512), not a decode of the tile.
+  void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {
+    const Sections sec = sections(h);
+    saturated += cpu::encodeNvfp4BlocksPackedWithResidual(
+        x, count, h.blockSize, scalar::bitsToFloat(h.param), reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2,
+        reinterpret_cast<uint8_t*>(payload + sec.offset[0]) + begin / h.blockSize, residualOut);
   }
   // The NaN/Inf check is inside the encoder's own pass (as the casts'): 8 tiles a call, so its per-call
   // set-up (the E2M1 table, the scale lanes) is paid 8x less often.

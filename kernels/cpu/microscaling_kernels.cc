@@ -231,6 +231,41 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
 
 namespace {
 
+// Off AVX-512: the encode, the decode into residual, the difference.
+template <typename Encode, typename Decode>
+uint64_t encodeThenSubtractDecoded(const float* x, size_t n, float* residual, Encode&& encode, Decode&& decode) {
+  const uint64_t saturated = encode();
+  decode(residual);
+  for (size_t i = 0; i < n; ++i) residual[i] = x[i] - residual[i];
+  return saturated;
+}
+
+}  // namespace
+
+uint64_t encodeMxBlocksPackedWithResidual(const float* x, size_t n, size_t blockSize, ElementFormat fmt,
+                                          uint8_t* packed, uint8_t* scaleCodes, float* residual) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes, nullptr, residual);
+#endif
+  return encodeThenSubtractDecoded(
+      x, n, residual, [&] { return encodeMxBlocksPacked(x, n, blockSize, fmt, packed, scaleCodes); },
+      [&](float* out) { decodeMxBlocksPacked(packed, n, blockSize, fmt, scaleCodes, out, false); });
+}
+
+uint64_t encodeNvfp4BlocksPackedWithResidual(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                             uint8_t* scaleCodes, float* residual) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
+    return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, nullptr, residual);
+#endif
+  return encodeThenSubtractDecoded(
+      x, n, residual, [&] { return encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes); },
+      [&](float* out) { decodeNvfp4BlocksPacked(packed, n, blockSize, scaleCodes, t, out, false); });
+}
+
+namespace {
+
 // The packed decoders off the vector paths: the codes unpacked into a per-thread buffer, then per block.
 template <typename DecodeBlock>
 void unpackThenDecode(const uint8_t* packed, size_t n, size_t blockSize, int bits, DecodeBlock&& decodeBlock) {

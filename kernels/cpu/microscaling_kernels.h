@@ -37,6 +37,14 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
                                  uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
+// encodeMxBlocksPacked / encodeNvfp4BlocksPacked of finite x that also write error feedback's residual[i] =
+// x[i] - (the packed decoder's value of element i), bit for bit; on AVX-512 from the codes in registers,
+// elsewhere by a decode and a subtraction.
+uint64_t encodeMxBlocksPackedWithResidual(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt,
+                                          uint8_t* packed, uint8_t* scaleCodes, float* residual);
+uint64_t encodeNvfp4BlocksPackedWithResidual(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
+                                             uint8_t* scaleCodes, float* residual);
+
 // The decoders' entry points on packed codes (as encodeMxBlocksPacked / encodeNvfp4BlocksPacked wrote
 // them, n elements from a byte) and one scale code per block: out (=|+=) element x the block's factor,
 // for payloads the validators accepted. AVX-512 where selected and blockSize % 16 == 0, else AVX2 for

@@ -8,6 +8,7 @@
 #include "kernels/cpu/prefetch.h"
 
 #include <array>
+#include <type_traits>
 
 #if GRADCOMP_CPU_AVX512_KERNELS
 namespace gradcomp::cpu::avx512 {
@@ -102,79 +103,6 @@ GRADCOMP_AVX512 inline uint32_t blockMaxBits(const float* x, size_t len) {
   return _mm512_reduce_max_epu32(acc);
 }
 
-constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
-
-// The blocks of x: per group of up to kGroup blocks, `scalesOf(maxBits, count, codes, factors, divide)`
-// turns the blocks' largest magnitudes (fp32 bits, all finite) into their scale codes and factors; the
-// element codes of x x factor (or x / factor) are packed at element offset b0. Returns the saturations.
-// The blocks go 16 at a time in three phases (their maxima, their scales, their codes), so that one
-// block's chain of dependent steps (a horizontal maximum, the scale rule, a broadcast) overlaps the next
-// blocks' instead of stalling the loop: a 16-element NVFP4 block is otherwise latency-bound.
-template <typename ScalesOf>
-GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize, const ElementLanes& l,
-                                      uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, ScalesOf&& scalesOf) {
-  uint64_t saturated = 0;
-  uint32_t maxBits[kGroup];
-  float factors[kGroup];
-  bool divide = false;
-  const size_t blocks = (n + blockSize - 1) / blockSize;
-  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
-    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
-    for (size_t j = 0; j < count; ++j) {
-      const size_t b0 = (g0 + j) * blockSize;
-      maxBits[j] = blockMaxBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
-    }
-    for (size_t j = 0; j < count; ++j) {
-      if (!isFiniteBits(maxBits[j])) {
-        const size_t b0 = (g0 + j) * blockSize;
-        if (firstBad) *firstBad = b0 + firstNonFiniteIndex(x + b0, blockSize < n - b0 ? blockSize : n - b0);
-        return saturated;
-      }
-    }
-    scalesOf(maxBits, count, scaleCodes + g0, factors, divide);
-    uint32_t sat = 0;
-    for (size_t j = 0; j < count; ++j) {
-      const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
-      const __m512 f = _mm512_set1_ps(factors[j]);
-      for (size_t i = 0; i < len; i += 16) {
-        const size_t m = len - i >= 16 ? 16 : len - i;
-        const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
-        const __m512 xv = m == 16 ? _mm512_loadu_ps(x + b0 + i) : _mm512_maskz_loadu_ps(valid, x + b0 + i);
-        // factor 0 (an NVFP4 block below E4M3's smallest scale): every code 0, as the scalar path writes.
-        const __m512i c = factors[j] == 0.0f
-                              ? _mm512_setzero_si512()
-                              : elementCodes(divide ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f), l, valid, sat);
-        storeCodes(packCodes(c, l.bits), l.bits, packed + (b0 + i) * static_cast<size_t>(l.bits) / 8, m);
-      }
-    }
-    saturated += sat;
-  }
-  return saturated;
-}
-
-// ---------------------------------------------------------------- decode
-
-// 16 codes of `bits` bits from LSB-first packed bytes (the first m of them; bytes past them are not read),
-// one per 32-bit lane: the inverse of packCodes.
-GRADCOMP_AVX512 inline __m512i unpackCodes(const uint8_t* in, int bits, size_t m) {
-  const size_t bytes = (m * static_cast<size_t>(bits) + 7) / 8;
-  const __m128i raw = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << bytes) - 1u), in);
-  if (bits == 8) return _mm512_cvtepu8_epi32(raw);
-  if (bits == 4) {
-    // Byte j to 64-bit lane j: its low nibble is element 2j, its high nibble (moved to bit 32) 2j + 1.
-    const __m512i q = _mm512_cvtepu8_epi64(raw);
-    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(0xf)),
-                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xf0)), 28));
-  }
-  // 6 bits: each 3 bytes (24 bits, 4 codes) into a 32-bit lane, that lane to 4 lanes, each shifted to
-  // its code.
-  const __m128i p24 = _mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
-  const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i spread = _mm512_permutexvar_epi32(lanes, _mm512_castsi128_si512(p24));
-  const __m512i shifts = _mm512_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18);
-  return _mm512_and_si512(_mm512_srlv_epi32(spread, shifts), _mm512_set1_epi32(63));
-}
-
 // elementToFloat on 16 lanes for the finite codes (the validators reject the others before any decode):
 // sign | exponent rebiased | mantissa shifted up, or mantissa x the subnormal step for exponent 0.
 struct ValueLanes {
@@ -204,6 +132,88 @@ GRADCOMP_AVX512 inline __m512 elementValues(__m512i c, const ValueLanes& v) {
   const __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(mant), v.step));
   const __mmask16 subnormal = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_mask_mov_epi32(normal, subnormal, sub), sign));
+}
+
+constexpr size_t kGroup = 16;  // blocks per group of encodeBlocks
+
+// The blocks of x: per group of up to kGroup blocks, `scalesOf(maxBits, count, codes, factors, divide)`
+// turns the blocks' largest magnitudes (fp32 bits, all finite) into their scale codes and factors; the
+// element codes of x x factor (or x / factor) are packed at element offset b0. Returns the saturations.
+// The blocks go 16 at a time in three phases (their maxima, their scales, their codes), so that one
+// block's chain of dependent steps (a horizontal maximum, the scale rule, a broadcast) overlaps the next
+// blocks' instead of stalling the loop: a 16-element NVFP4 block is otherwise latency-bound.
+// With residual given, also residual = x - value(code) x decodeFactorOf(scale code), the decoder's product
+// (decodeBlocks), from the codes in registers: error feedback's step without a decode pass.
+// kResidual is a template parameter so that the plain encode carries no test of it (3-5 % slower with a
+// run-time branch in the code loop).
+template <bool kResidual, typename ScalesOf, typename DecodeFactorOf>
+GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize, const ElementLanes& l,
+                                      uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, ScalesOf&& scalesOf,
+                                      float* residual, const ValueLanes& values, DecodeFactorOf&& decodeFactorOf) {
+  uint64_t saturated = 0;
+  uint32_t maxBits[kGroup];
+  float factors[kGroup];
+  bool divide = false;
+  const size_t blocks = (n + blockSize - 1) / blockSize;
+  for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
+    const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize;
+      maxBits[j] = blockMaxBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
+    }
+    for (size_t j = 0; j < count; ++j) {
+      if (!isFiniteBits(maxBits[j])) {
+        const size_t b0 = (g0 + j) * blockSize;
+        if (firstBad) *firstBad = b0 + firstNonFiniteIndex(x + b0, blockSize < n - b0 ? blockSize : n - b0);
+        return saturated;
+      }
+    }
+    scalesOf(maxBits, count, scaleCodes + g0, factors, divide);
+    uint32_t sat = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
+      const __m512 f = _mm512_set1_ps(factors[j]);
+      const __m512 decodeFactor = _mm512_set1_ps(kResidual ? decodeFactorOf(scaleCodes[g0 + j]) : 0.0f);
+      for (size_t i = 0; i < len; i += 16) {
+        const size_t m = len - i >= 16 ? 16 : len - i;
+        const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
+        const __m512 xv = m == 16 ? _mm512_loadu_ps(x + b0 + i) : _mm512_maskz_loadu_ps(valid, x + b0 + i);
+        // factor 0 (an NVFP4 block below E4M3's smallest scale): every code 0, as the scalar path writes.
+        const __m512i c = factors[j] == 0.0f
+                              ? _mm512_setzero_si512()
+                              : elementCodes(divide ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f), l, valid, sat);
+        storeCodes(packCodes(c, l.bits), l.bits, packed + (b0 + i) * static_cast<size_t>(l.bits) / 8, m);
+        if constexpr (kResidual)
+          _mm512_mask_storeu_ps(residual + b0 + i, valid,
+                                _mm512_sub_ps(xv, _mm512_mul_ps(elementValues(c, values), decodeFactor)));
+      }
+    }
+    saturated += sat;
+  }
+  return saturated;
+}
+
+// ---------------------------------------------------------------- decode
+
+// 16 codes of `bits` bits from LSB-first packed bytes (the first m of them; bytes past them are not read),
+// one per 32-bit lane: the inverse of packCodes.
+GRADCOMP_AVX512 inline __m512i unpackCodes(const uint8_t* in, int bits, size_t m) {
+  const size_t bytes = (m * static_cast<size_t>(bits) + 7) / 8;
+  const __m128i raw = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << bytes) - 1u), in);
+  if (bits == 8) return _mm512_cvtepu8_epi32(raw);
+  if (bits == 4) {
+    // Byte j to 64-bit lane j: its low nibble is element 2j, its high nibble (moved to bit 32) 2j + 1.
+    const __m512i q = _mm512_cvtepu8_epi64(raw);
+    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(0xf)),
+                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xf0)), 28));
+  }
+  // 6 bits: each 3 bytes (24 bits, 4 codes) into a 32-bit lane, that lane to 4 lanes, each shifted to
+  // its code.
+  const __m128i p24 = _mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
+  const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i spread = _mm512_permutexvar_epi32(lanes, _mm512_castsi128_si512(p24));
+  const __m512i shifts = _mm512_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18);
+  return _mm512_and_si512(_mm512_srlv_epi32(spread, shifts), _mm512_set1_epi32(63));
 }
 
 // out (=|+=) value(code) x factorOf(block) over the blocks: one product per element, as decodeScaled.
@@ -337,10 +347,13 @@ GRADCOMP_AVX512 inline void storeNibbles8Blocks(const __m512i* c, uint8_t* out) 
 // NVFP4 with its standard 16-element blocks, 16 blocks (256 elements) per step, unrolled: the maxima by
 // one transposing reduction, the 16 scales in one register, the codes of 8 blocks packed together. Stops
 // before a last partial group or a group whose maximum is not finite; returns the elements encoded.
+// With kResidual, residual = x - value(code) x factor, the decoder's product, from the codes in registers.
+template <bool kResidual>
 GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uint8_t* scaleCodes,
-                                         uint64_t& saturated) {
+                                         uint64_t& saturated, float* residual) {
   const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
+  const ValueLanes values = valueLanesFor(elementSpec(ElementFormat::E2M1));
   const E2M1Table table = e2m1TableFor();
   const __m512i absMask = l.absMask;
   size_t g = 0;
@@ -360,8 +373,9 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
     // writes: it divides by 1 instead of 0, and its codes are cleared after the group's are stored.
     const __mmask16 zero = _mm512_cmp_ps_mask(factors, _mm512_setzero_ps(), _CMP_EQ_OQ);
     const __m512 divisors = _mm512_mask_mov_ps(factors, zero, _mm512_set1_ps(1.0f));
-    alignas(64) float f[16];
+    alignas(64) float f[16], decodeFactor[16];
     _mm512_store_ps(f, divisors);
+    if constexpr (kResidual) _mm512_store_ps(decodeFactor, factors);
     // Divided, not multiplied by a reciprocal: the definition's rounding (a quotient corrected by two
     // FMAs, as exact, measured slower than vdivps on Zen 4). The magnitudes are divided, as they are at
     // hand; the codes take their signs from x.
@@ -370,7 +384,15 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
       for (int k = 0; k < 8; ++k) {
         const int j = 8 * half + k;
         const __m512i y = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j])));
-        c[k] = e2m1Codes(y, _mm512_loadu_si512(xg + 16 * j), table);
+        const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
+        c[k] = e2m1Codes(y, xb, table);
+        if constexpr (kResidual) {
+          // A zero-factor block's codes are cleared below: its decoded values are +0 (0 x 0), whatever
+          // signs these codes carry.
+          const __m512i stored = (zero >> j) & 1 ? _mm512_setzero_si512() : c[k];
+          const __m512 decoded = _mm512_mul_ps(elementValues(stored, values), _mm512_set1_ps(decodeFactor[j]));
+          _mm512_storeu_ps(residual + g + 16 * j, _mm512_sub_ps(_mm512_castsi512_ps(xb), decoded));
+        }
       }
       storeNibbles8Blocks(c, packed + g / 2 + 64 * half);
     }
@@ -408,40 +430,51 @@ GRADCOMP_AVX512 void decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, si
 }
 
 GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt,
-                                              uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad) {
+                                              uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, float* residual) {
   const ElementSpec s = elementSpec(fmt);
   const ElementLanes l = lanesFor(s);
-  return encodeBlocks(x, n, blockSize, l, packed, scaleCodes, firstBad,
-                      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors, bool& divide) {
-                        for (size_t j = 0; j < count; ++j) {
-                          codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
-                          factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
-                        }
-                        divide = false;
-                      });
+  const auto encode = [&](auto withResidual) GRADCOMP_AVX512_LAMBDA {
+    return encodeBlocks<decltype(withResidual)::value>(
+        x, n, blockSize, l, packed, scaleCodes, firstBad,
+        [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors, bool& divide) {
+          for (size_t j = 0; j < count; ++j) {
+            codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
+            factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
+          }
+          divide = false;
+        },
+        residual, valueLanesFor(s), [](uint8_t code) { return e8m0ToFloat(code); });
+  };
+  return residual ? encode(std::true_type{}) : encode(std::false_type{});
 }
 
 GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                                 uint8_t* scaleCodes, uint64_t* firstBad) {
+                                                 uint8_t* scaleCodes, uint64_t* firstBad, float* residual) {
   // The standard 16-element blocks go through the group encoder; the rest (a last partial group, another
   // block size, a group holding NaN/Inf, which it reports) through encodeBlocks.
   uint64_t saturated = 0;
-  const size_t done = blockSize == 16 ? encodeNvfp4Groups(x, n, t, packed, scaleCodes, saturated) : 0;
+  const size_t done = blockSize != 16 ? 0
+                      : residual      ? encodeNvfp4Groups<true>(x, n, t, packed, scaleCodes, saturated, residual)
+                                      : encodeNvfp4Groups<false>(x, n, t, packed, scaleCodes, saturated, nullptr);
   if (done == n) return saturated;
   const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
   uint64_t bad = ~uint64_t{0};
-  saturated += encodeBlocks(x + done, n - done, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed + done / 2,
-                            scaleCodes + done / blockSize, firstBad ? &bad : nullptr,
-                            [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors,
-                                bool& divide) GRADCOMP_AVX512_LAMBDA {
-                              const __mmask16 m = count == kGroup ? __mmask16{0xffff} : static_cast<__mmask16>((1u << count) - 1u);
-                              __m512 f;
-                              const __m512i c = nvfp4ScaleCodes(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, maxBits)),
-                                                                scales, m, f);
-                              _mm_mask_storeu_epi8(codes, m, _mm512_cvtepi32_epi8(c));
-                              _mm512_mask_storeu_ps(factors, m, f);
-                              divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
-                            });
+  const auto encodeRest = [&](auto withResidual) GRADCOMP_AVX512_LAMBDA {
+    return encodeBlocks<decltype(withResidual)::value>(
+        x + done, n - done, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed + done / 2,
+        scaleCodes + done / blockSize, firstBad ? &bad : nullptr,
+        [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors, bool& divide) GRADCOMP_AVX512_LAMBDA {
+          const __mmask16 m = count == kGroup ? __mmask16{0xffff} : static_cast<__mmask16>((1u << count) - 1u);
+          __m512 f;
+          const __m512i c = nvfp4ScaleCodes(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, maxBits)), scales, m, f);
+          _mm_mask_storeu_epi8(codes, m, _mm512_cvtepi32_epi8(c));
+          _mm512_mask_storeu_ps(factors, m, f);
+          divide = true;  // divided, not multiplied by a reciprocal: the definition's rounding
+        },
+        residual ? residual + done : nullptr, valueLanesFor(elementSpec(ElementFormat::E2M1)),
+        [t](uint8_t code) { return nvfp4BlockFactor(code, t); });
+  };
+  saturated += residual ? encodeRest(std::true_type{}) : encodeRest(std::false_type{});
   if (firstBad && bad != ~uint64_t{0}) *firstBad = done + bad;
   return saturated;
 }

@@ -180,6 +180,48 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
               cpuPathName(GetParam()));
 }
 
+// The MX and NVFP4 encoders with error feedback's residual (on AVX-512 the codes are decoded in
+// registers): the same payload as the plain encode, and residual = x - the packed decoder's value, bit for
+// bit, on every path; NVFP4 with the three tensor scales above (saturating blocks, and zero-factor blocks
+// whose +-0 and tiny values must give x - (+0), not x - (-0)); lengths around whole 256-value groups,
+// block sizes 16, 32 and 24.
+TEST_P(BlockKernelPaths, ResidualEqualsXMinusTheDecodedValues) {
+  size_t compared = 0;
+  for (int kind = 0; kind <= 5; ++kind)
+    for (const float t : kind == 5 ? std::vector<float>{0.0125f, 0x1p-126f, 0x1p100f} : std::vector<float>{0.0f})
+      for (const size_t blockSize : {size_t{16}, size_t{32}, size_t{24}})
+        for (const size_t n : {size_t{0}, size_t{15}, size_t{100}, size_t{256}, size_t{528}, size_t{4099}}) {
+          SCOPED_TRACE(::testing::Message() << "kind " << kind << " t " << t << " block " << blockSize << " n " << n);
+          const auto x = inputs(n, n * 7 + blockSize + static_cast<size_t>(kind), false);
+          const size_t blocks = (n + blockSize - 1) / blockSize;
+          const auto fmt = static_cast<ElementFormat>(kind);
+          setCpuPath(GetParam());
+          std::vector<uint8_t> codes(n + 16, 0xee), scaleCodes(blocks), fusedCodes(n + 16, 0xee), fusedScales(blocks);
+          std::vector<float> decoded(n), residual(n + 1, -1.0f);
+          uint64_t saturated = 0, fusedSaturated = 0;
+          if (kind < 5) {
+            saturated = encodeMxBlocksPacked(x.data(), n, blockSize, fmt, codes.data(), scaleCodes.data());
+            decodeMxBlocksPacked(codes.data(), n, blockSize, fmt, scaleCodes.data(), decoded.data(), false);
+            fusedSaturated = encodeMxBlocksPackedWithResidual(x.data(), n, blockSize, fmt, fusedCodes.data(),
+                                                              fusedScales.data(), residual.data());
+          } else {
+            saturated = encodeNvfp4BlocksPacked(x.data(), n, blockSize, t, codes.data(), scaleCodes.data());
+            decodeNvfp4BlocksPacked(codes.data(), n, blockSize, scaleCodes.data(), t, decoded.data(), false);
+            fusedSaturated = encodeNvfp4BlocksPackedWithResidual(x.data(), n, blockSize, t, fusedCodes.data(),
+                                                                 fusedScales.data(), residual.data());
+          }
+          ASSERT_EQ(fusedCodes, codes);
+          ASSERT_EQ(fusedScales, scaleCodes);
+          ASSERT_EQ(fusedSaturated, saturated);
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(residual[i]), std::bit_cast<uint32_t>(x[i] - decoded[i])) << i;
+          ASSERT_EQ(residual[n], -1.0f);  // nothing written past the end
+          compared += n;
+        }
+  std::printf("mx / nvfp4 fused residual: %zu elements on the %s path equal x - decoded\n", compared,
+              cpuPathName(GetParam()));
+}
+
 // The stochastic level encoders' tile entry points (qsgd 4 and 8 bits, terngrad): the codes packed from
 // registers on the vector path against the byte-per-code scalar rule and packBits, with the norms and
 // maxima the inputs' specials push past 2^100 (the normalized-ratio blocks) and a NaN/Inf for terngrad,
