@@ -62,6 +62,12 @@ class Fp16Codec final : public BlockCodec {
                                  &largest);
     return largest >= kFloatInfBits ? firstNonFinite(std::span<const float>(x, count)) : EncodeResult::kNoIndex;
   }
+  // Error feedback's step: the residual from the codes in registers (AVX-512), not a decode of the tile.
+  void encodeTileResidual(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {
+    saturated += cpu::encodeFp16WithResidual(x, count, prescale_, 1.0f / scalar::bitsToFloat(h.param),
+                                             reinterpret_cast<uint16_t*>(payload) + begin, residualOut);
+  }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteFp16(reinterpret_cast<const uint16_t*>(payload), h.numElements);
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": payload holds an Inf/NaN code at element ", bad);
@@ -119,6 +125,11 @@ class Bf16Codec final : public BlockCodec {
     uint32_t largest = 0;
     saturated += cpu::encodeBf16(x, count, reinterpret_cast<uint16_t*>(payload) + begin, streamOut, &largest);
     return largest >= kFloatInfBits ? firstNonFinite(std::span<const float>(x, count)) : EncodeResult::kNoIndex;
+  }
+  // As fp16's: the residual from the codes in registers.
+  void encodeTileResidual(const WireHeader&, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
+                          const EncodeContext&, uint64_t& saturated, float* residualOut, float*) const override {
+    saturated += cpu::encodeBf16WithResidual(x, count, reinterpret_cast<uint16_t*>(payload) + begin, residualOut);
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     const size_t bad = cpu::firstNonFiniteBf16(reinterpret_cast<const uint16_t*>(payload), h.numElements);

@@ -333,6 +333,27 @@ void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool 
   decodeBf16Portable(in, n, out, accumulate, streamOut, none);
 }
 
+uint64_t encodeFp16WithResidual(const float* in, size_t n, float prescale, float inversePrescale, uint16_t* out,
+                                float* residual) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) return avx512::encodeFp16WithResidual(in, n, prescale, inversePrescale, out, residual);
+#endif
+  const uint64_t saturated = encodeFp16(in, n, prescale, out);
+  decodeFp16(out, n, inversePrescale, residual, false);
+  for (size_t i = 0; i < n; ++i) residual[i] = in[i] - residual[i];
+  return saturated;
+}
+
+uint64_t encodeBf16WithResidual(const float* in, size_t n, uint16_t* out, float* residual) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (onAvx512()) return avx512::encodeBf16WithResidual(in, n, out, residual);
+#endif
+  const uint64_t saturated = encodeBf16(in, n, out);
+  decodeBf16(out, n, residual, false);
+  for (size_t i = 0; i < n; ++i) residual[i] = in[i] - residual[i];
+  return saturated;
+}
+
 size_t decodeFp16Checked(const uint16_t* in, size_t n, float inversePrescale, float* out, bool streamOut) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (onAvx512()) {  // the check first, then the decode (the AVX-512 loops keep no check)

@@ -28,6 +28,13 @@ void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out,
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut = false, uint32_t* maxAbsBits = nullptr);
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut = false);
 
+// Error feedback's step: encodeFp16 / encodeBf16 of finite input that also writes residual[i] = in[i] -
+// (decodeFp16's / decodeBf16's value of code i), bit for bit. On AVX-512 from the codes in registers;
+// elsewhere an encode, a decode into residual and the difference.
+uint64_t encodeFp16WithResidual(const float* in, size_t n, float prescale, float inversePrescale, uint16_t* out,
+                                float* residual);
+uint64_t encodeBf16WithResidual(const float* in, size_t n, uint16_t* out, float* residual);
+
 // Overwrite decodes that also check the codes, for a payload not validated yet: return the index of the
 // first Inf/NaN code, or n when there is none. out is fully written only when n is returned; otherwise
 // it holds whatever was decoded (the codec zeroes it). streamOut as in decodeFp16.

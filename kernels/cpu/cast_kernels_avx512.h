@@ -16,6 +16,10 @@ void decodeFp16(const uint16_t* in, size_t n, float inversePrescale, float* out,
 uint64_t encodeBf16(const float* in, size_t n, uint16_t* out, bool streamOut, uint32_t* maxAbsBits);
 void decodeBf16(const uint16_t* in, size_t n, float* out, bool accumulate, bool streamOut);
 size_t firstAllOnesExponent(const uint16_t* in, size_t n, uint16_t expMask);
+// The fused error-feedback encoders of cast_kernels.h (finite input).
+uint64_t encodeFp16WithResidual(const float* in, size_t n, float prescale, float inversePrescale, uint16_t* out,
+                                float* residual);
+uint64_t encodeBf16WithResidual(const float* in, size_t n, uint16_t* out, float* residual);
 
 }  // namespace gradcomp::cpu::avx512
 #endif

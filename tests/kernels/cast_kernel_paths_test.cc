@@ -129,6 +129,40 @@ TEST_P(CastKernelPaths, EveryLengthGivesTheScalarBytes) {
               cpuPathName(GetParam()));
 }
 
+// Error feedback's fused encoders: the scalar path's codes and saturations, and residual = x - the
+// decoder's value of each code, bit for bit (the saturating values, the ties, subnormals and -0 included).
+TEST_P(CastKernelPaths, ResidualEncodersGiveTheCodesAndXMinusTheDecodedValues) {
+  size_t compared = 0;
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{17}, size_t{100}, size_t{4099}})
+    for (const bool fp16 : {true, false})
+      for (const float prescale : fp16 ? std::vector<float>{1.0f, 0.125f} : std::vector<float>{1.0f}) {
+        SCOPED_TRACE(::testing::Message() << (fp16 ? "fp16" : "bf16") << " n=" << n << " prescale=" << prescale);
+        const auto x = inputs(n, n * 13 + 1, false);
+        const Encoded want = run(CpuPath::Scalar, fp16, x, prescale, false);
+        setCpuPath(GetParam());
+        std::vector<uint16_t> codes(n + 1, 0xeeee);
+        std::vector<float> residual(n + 1, -1.0f);
+        const uint64_t saturated =
+            fp16 ? encodeFp16WithResidual(x.data(), n, prescale, 1.0f / prescale, codes.data(), residual.data())
+                 : encodeBf16WithResidual(x.data(), n, codes.data(), residual.data());
+        ASSERT_EQ(std::vector<uint16_t>(codes.begin(), codes.begin() + static_cast<std::ptrdiff_t>(n)), want.codes);
+        ASSERT_EQ(codes[n], 0xeeee);
+        ASSERT_EQ(saturated, want.saturated);
+        for (size_t i = 0; i < n; ++i) {
+          float decoded;
+          std::memcpy(&decoded, &want.decoded[i], sizeof decoded);
+          const float expected = x[i] - decoded;
+          uint32_t gotBits, wantBits;
+          std::memcpy(&gotBits, &residual[i], sizeof gotBits);
+          std::memcpy(&wantBits, &expected, sizeof wantBits);
+          ASSERT_EQ(gotBits, wantBits) << i;
+        }
+        ASSERT_EQ(residual[n], -1.0f);
+        compared += n;
+      }
+  std::printf("cast residual encoders: %zu values on the %s path equal x - decoded\n", compared, cpuPathName(GetParam()));
+}
+
 TEST_P(CastKernelPaths, TheInfNanCodeSearchFindsTheFirstOne) {
   setCpuPath(GetParam());
   for (const size_t n : {size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{1000}}) {
