@@ -107,9 +107,15 @@ GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockS
       _mm512_mask_storeu_ps(residual + (p - x), m, _mm512_sub_ps(xv, decoded));
     }
   };
+  // Without a residual the input streams from memory (with one it is error feedback's g + e, in L1):
+  // each block's lines are asked for 4 KiB ahead, as the MX / NVFP4 encoders do. Where memory is slow
+  // (the Xeon of 2026-12-04, a 64 MiB memcpy of 7-10 ms) the hardware prefetchers alone left fp8 encode
+  // at 1.7-1.9x memcpy.
+  const bool streaming = residual == nullptr;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = blockSize < n - b0 ? blockSize : n - b0;
     const float* xb = x + b0;
+    if (streaming) prefetchFloats(x, b0 + 1024, b0 + 1024 + len, PrefetchInto::L1);
     const uint32_t amaxBits = maxAbsBits(xb, len);
     if (firstBad && !scalar::isFiniteBits(amaxBits)) {
       size_t j = 0;

@@ -157,6 +157,10 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
   const size_t blocks = (n + blockSize - 1) / blockSize;
   for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
     const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
+    // The input 4 KiB ahead, as NVFP4's group encoder asks for it: the maxima phase is this group's first
+    // read from memory, and where memory is slow (a 64 MiB memcpy of 10 ms on the Xeon of 2026-12-04) the
+    // hardware prefetchers alone left mxfp8 encode at 1.64-1.77x memcpy against nvfp4's 1.0-1.2x.
+    prefetchFloats(x, g0 * blockSize + 1024, (g0 + count) * blockSize + 1024, PrefetchInto::L1);
     for (size_t j = 0; j < count; ++j) {
       const size_t b0 = (g0 + j) * blockSize;
       maxBits[j] = blockMaxBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
