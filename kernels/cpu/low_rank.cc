@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_path.h"
+#include "kernels/cpu/low_rank_avx512.h"
 #include "kernels/scalar/low_rank_order.h"
 
 namespace gradcomp::cpu {
@@ -34,6 +36,18 @@ void scatter(const float* col, size_t rows, size_t cols, size_t c, float* a) {
   for (size_t i = 0; i < rows; ++i) a[i * cols + c] = col[i];
 }
 
+// acc (r x m) += A^T B, A's rows in order (the AVX-512 twin keeps this order, low_rank_avx512.h).
+void accumulateTransposedA(const float* a, size_t n, size_t m, const float* b, size_t r, float* acc) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* row = a + i * m;
+    for (size_t k = 0; k < r; ++k) {
+      const float bk = b[i * r + k];
+      float* out = acc + k * m;
+      for (size_t j = 0; j < m; ++j) out[j] += row[j] * bk;
+    }
+  }
+}
+
 }  // namespace
 
 void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) {
@@ -41,6 +55,9 @@ void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float*
   std::vector<float> bt(r * m);
   for (size_t j = 0; j < m; ++j)
     for (size_t k = 0; k < r; ++k) bt[k * m + j] = b[j * r + k];
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512) return avx512::matmulRowsByColumns(a, n, m, bt.data(), r, c);
+#endif
   for (size_t i = 0; i < n; ++i)
     for (size_t k = 0; k < r; ++k) c[i * r + k] = dot(a + i * m, bt.data() + k * m, m);
 }
@@ -49,14 +66,12 @@ void matmulTransposedA(const float* a, size_t n, size_t m, const float* b, size_
   // C[j][k] = sum over i in order of A[i][j] B[i][k]: A streamed once, row by row, into r accumulator rows
   // of m (the loop over j is independent per j, so it vectorizes without changing any sum's order).
   std::vector<float> acc(r * m, 0.0f);
-  for (size_t i = 0; i < n; ++i) {
-    const float* row = a + i * m;
-    for (size_t k = 0; k < r; ++k) {
-      const float bk = b[i * r + k];
-      float* out = acc.data() + k * m;
-      for (size_t j = 0; j < m; ++j) out[j] += row[j] * bk;
-    }
-  }
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512)
+    avx512::accumulateTransposedA(a, n, m, b, r, acc.data());
+  else
+#endif
+    accumulateTransposedA(a, n, m, b, r, acc.data());
   for (size_t j = 0; j < m; ++j)
     for (size_t k = 0; k < r; ++k) c[j * r + k] = acc[k * m + j];
 }
@@ -66,6 +81,9 @@ void matmulTransposedB(const float* a, size_t n, size_t r, const float* b, size_
   std::vector<float> bt(r * m);
   for (size_t j = 0; j < m; ++j)
     for (size_t k = 0; k < r; ++k) bt[k * m + j] = b[j * r + k];
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512) return avx512::matmulTransposedBRows(a, n, r, bt.data(), m, c);
+#endif
   for (size_t i = 0; i < n; ++i) {
     float* out = c + i * m;
     const float a0 = a[i * r];

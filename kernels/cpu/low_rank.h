@@ -7,7 +7,9 @@
 // CPU and build (AVX2 or AVX-512), as the codecs' and the models' math: a general BLAS (Eigen's, MKL's)
 // picks its summation order by ISA, and a trained model would then depend on the machine. The products
 // PowerSGD needs are tall and skinny (r <= a few dozen), so they are bound by reading M, which these loops
-// do once per product, vectorized (scripts/bench-powersgd puts them beside torch's).
+// do once per product, vectorized; on the avx512 path of cpu_path.h (chosen at run time, so the Python
+// package built for plain x86-64 takes it too) low_rank_avx512.h's twins run four rows per pass in the
+// same order (scripts/bench-powersgd puts them beside torch's).
 #pragma once
 
 #include <cstddef>
