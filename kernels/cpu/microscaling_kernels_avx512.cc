@@ -43,10 +43,9 @@ GRADCOMP_AVX512 ElementLanes lanesFor(const ElementSpec& s) {
 
 // The codes of 16 scaled values (one per 32-bit lane) and, in sat, the lanes at or past the overflow
 // midpoint (masked to `valid`).
-GRADCOMP_AVX512 inline __m512i elementCodes(__m512 v, const ElementLanes& l, __mmask16 valid, uint32_t& sat) {
+GRADCOMP_AVX512 inline __m512i elementCodesUncounted(__m512 v, const ElementLanes& l) {
   const __m512i xb = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(xb, l.absMask);
-  sat += static_cast<uint32_t>(__builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid, a, l.overflow)));
   const __m512i sign = _mm512_srli_epi32(_mm512_andnot_si512(l.absMask, xb), static_cast<unsigned>(l.signShift));
   const __m512i sub =
       _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), l.magic)), l.magicBits);
@@ -57,6 +56,16 @@ GRADCOMP_AVX512 inline __m512i elementCodes(__m512 v, const ElementLanes& l, __m
   code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epu32_mask(a, l.maxBits), l.maxCode);
   code = _mm512_min_epu32(code, l.maxCode);
   return _mm512_or_si512(sign, code);
+}
+
+GRADCOMP_AVX512 inline uint32_t saturatedLanes(__m512 v, const ElementLanes& l, __mmask16 valid) {
+  const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), l.absMask);
+  return static_cast<uint32_t>(__builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid, a, l.overflow)));
+}
+
+GRADCOMP_AVX512 inline __m512i elementCodes(__m512 v, const ElementLanes& l, __mmask16 valid, uint32_t& sat) {
+  sat += saturatedLanes(v, l, valid);
+  return elementCodesUncounted(v, l);
 }
 
 // 16 codes of `bits` bits packed LSB-first into the low bytes of a register (16, 12 or 8 of them).
@@ -157,10 +166,6 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
   const size_t blocks = (n + blockSize - 1) / blockSize;
   for (size_t g0 = 0; g0 < blocks; g0 += kGroup) {
     const size_t count = blocks - g0 < kGroup ? blocks - g0 : kGroup;
-    // The input 4 KiB ahead, as NVFP4's group encoder asks for it: the maxima phase is this group's first
-    // read from memory, and where memory is slow (a 64 MiB memcpy of 10 ms on the Xeon of 2026-12-04) the
-    // hardware prefetchers alone left mxfp8 encode at 1.64-1.77x memcpy against nvfp4's 1.0-1.2x.
-    prefetchFloats(x, g0 * blockSize + 1024, (g0 + count) * blockSize + 1024, PrefetchInto::L1);
     for (size_t j = 0; j < count; ++j) {
       const size_t b0 = (g0 + j) * blockSize;
       maxBits[j] = blockMaxBits(x + b0, blockSize < n - b0 ? blockSize : n - b0);
@@ -179,6 +184,12 @@ GRADCOMP_AVX512 uint64_t encodeBlocks(const float* x, size_t n, size_t blockSize
       const __m512 f = _mm512_set1_ps(factors[j]);
       const __m512 decodeFactor = _mm512_set1_ps(kResidual ? decodeFactorOf(scaleCodes[g0 + j]) : 0.0f);
       for (size_t i = 0; i < len; i += 16) {
+        // The input 4 KiB ahead, one line per vector of codes: the maxima phase is a group's first read
+        // from memory, and where memory is slow (a 64 MiB memcpy of 7-11 ms on the Xeon of 2026-12-04)
+        // the hardware prefetchers alone left mxfp8 encode at 1.6-1.8x memcpy. Spread over this phase's
+        // arithmetic, not asked for in one burst per group (which stalled on the line fill buffers).
+        // Error feedback's x is a g + e tile in L1: nothing ahead of it to ask for.
+        if constexpr (!kResidual) prefetchFloats(x, b0 + i + 1024, b0 + i + 1040, PrefetchInto::L1);
         const size_t m = len - i >= 16 ? 16 : len - i;
         const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
         const __m512 xv = m == 16 ? _mm512_loadu_ps(x + b0 + i) : _mm512_maskz_loadu_ps(valid, x + b0 + i);
@@ -369,9 +380,6 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
   size_t g = 0;
   for (; g + 256 <= n; g += 256) {
     const float* xg = x + g;
-    // The input 4 KiB ahead (one group's 16 lines): this first read of x streams from memory, and the
-    // hardware prefetchers alone leave it stalled between groups (4.84 -> 4.70 ms per 16M values).
-    prefetchFloats(x, g + 1024, g + 1280, PrefetchInto::L1);
     __m512i a[16];
     for (int j = 0; j < 16; ++j) a[j] = _mm512_and_si512(_mm512_loadu_si512(xg + 16 * j), absMask);
     const __m512i amax = laneMaxima16(a);
@@ -393,6 +401,10 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
       __m512i c[8];
       for (int k = 0; k < 8; ++k) {
         const int j = 8 * half + k;
+        // The input 4 KiB ahead, one line per vector of codes: this first read of x streams from memory,
+        // and the hardware prefetchers alone leave it stalled between groups (4.84 -> 4.70 ms per 16M
+        // values on Zen 5). Spread over the codes' arithmetic, as the MX encoders ask, not one burst per group.
+        if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
         const __m512i y = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j])));
         const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
         c[k] = e2m1Codes(y, xb, table);
@@ -424,6 +436,66 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
   return g;
 }
 
+// MX with its standard 32-element blocks, 16 blocks (512 elements) per step, as NVFP4's group encoder: the
+// maxima by one transposing reduction (after a maximum of each block's two halves), the 16 shared scales
+// in one register, the codes of each block from its two vectors with the factor broadcast from a stored
+// lane. Per block, encodeBlocks paid a horizontal maximum, a scalar scale rule, a test of a zero factor and
+// a saturation count on every vector (1.3 cycles per value on the Xeon of 2026-12-04). Stops before a last
+// partial group or a group whose maximum is not finite; returns the elements encoded. With kResidual,
+// residual = x - value(code) x e8m0ToFloat(code), the decoder's product, from the codes in registers.
+template <bool kResidual>
+GRADCOMP_AVX512 size_t encodeMxGroups(const float* x, size_t n, const ElementSpec& s, uint8_t* packed,
+                                      uint8_t* scaleCodes, uint64_t& saturated, float* residual) {
+  constexpr size_t kBlock = 32, kGroupValues = kBlock * 16;
+  const ElementLanes l = lanesFor(s);
+  const ValueLanes values = valueLanesFor(s);
+  const __m512i emax = _mm512_set1_epi32(s.emax), inverseBias = _mm512_set1_epi32(254);
+  size_t g = 0;
+  for (; g + kGroupValues <= n; g += kGroupValues) {
+    const float* xg = x + g;
+    __m512i halves[16];
+    for (int j = 0; j < 16; ++j)
+      halves[j] = _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(xg + 32 * j), l.absMask),
+                                   _mm512_and_si512(_mm512_loadu_si512(xg + 32 * j + 16), l.absMask));
+    const __m512i amax = laneMaxima16(halves);
+    if (_mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000))) break;
+    // mxSharedScaleCode: floor(log2 amax) - emax + 127 clamped at 0 is the exponent field less emax for a
+    // normal amax; a subnormal or zero amax (field 0) gives 0, as the clamp at -127 does (emax >= 1).
+    const __m512i codes = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(amax, 23), emax), _mm512_setzero_si512());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(scaleCodes + g / kBlock), _mm512_cvtepi32_epi8(codes));
+    // mxInverseScale: 2^(127 - code), exact products with x.
+    const __m512 factors = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(inverseBias, codes), 23));
+    alignas(64) float f[16], decodeFactor[16];
+    _mm512_store_ps(f, factors);
+    if constexpr (kResidual) {
+      alignas(16) uint8_t c8[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(c8), _mm512_cvtepi32_epi8(codes));
+      for (int j = 0; j < 16; ++j) decodeFactor[j] = e8m0ToFloat(c8[j]);
+    }
+    for (int v = 0; v < 32; ++v) {
+      const int j = v / 2;
+      // The input 4 KiB ahead, one line per vector, spread over the codes' arithmetic (as encodeBlocks).
+      if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * v, g + 1040 + 16 * v, PrefetchInto::L1);
+      const __m512 xv = _mm512_loadu_ps(xg + 16 * v);
+      const __m512i c = elementCodesUncounted(_mm512_mul_ps(xv, _mm512_set1_ps(f[j])), l);
+      storeCodes(packCodes(c, l.bits), l.bits, packed + (g + 16 * v) * static_cast<size_t>(l.bits) / 8, 16);
+      if constexpr (kResidual)
+        _mm512_storeu_ps(residual + g + 16 * v,
+                         _mm512_sub_ps(xv, _mm512_mul_ps(elementValues(c, values), _mm512_set1_ps(decodeFactor[j]))));
+    }
+    // Saturation: a block's largest scaled magnitude is its maximum's (the product is monotonic), so only
+    // the blocks whose scaled maximum reaches the overflow midpoint are counted lane by lane.
+    for (__mmask16 sat = _mm512_cmpge_epu32_mask(_mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(amax), factors)),
+                                                 l.overflow);
+         sat; sat = static_cast<__mmask16>(sat & (sat - 1))) {
+      const int j = __builtin_ctz(sat);
+      for (int h = 0; h < 2; ++h)
+        saturated += saturatedLanes(_mm512_mul_ps(_mm512_loadu_ps(xg + 32 * j + 16 * h), _mm512_set1_ps(f[j])), l, 0xffff);
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 GRADCOMP_AVX512 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, ElementFormat fmt,
@@ -443,9 +515,22 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
                                               uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad, float* residual) {
   const ElementSpec s = elementSpec(fmt);
   const ElementLanes l = lanesFor(s);
+  // The standard 32-element blocks go through the group encoder; the rest (a last partial group, another
+  // block size, a group holding NaN/Inf, which encodeBlocks reports) through encodeBlocks.
+  uint64_t saturated = 0;
+  const size_t done = blockSize != 32 ? 0
+                      : residual      ? encodeMxGroups<true>(x, n, s, packed, scaleCodes, saturated, residual)
+                                      : encodeMxGroups<false>(x, n, s, packed, scaleCodes, saturated, nullptr);
+  if (done == n) return saturated;
+  x += done;
+  n -= done;
+  packed += done * static_cast<size_t>(l.bits) / 8;
+  scaleCodes += done / blockSize;
+  if (residual) residual += done;
+  uint64_t bad = ~uint64_t{0};
   const auto encode = [&](auto withResidual) GRADCOMP_AVX512_LAMBDA {
     return encodeBlocks<decltype(withResidual)::value>(
-        x, n, blockSize, l, packed, scaleCodes, firstBad,
+        x, n, blockSize, l, packed, scaleCodes, firstBad ? &bad : nullptr,
         [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors, bool& divide) {
           for (size_t j = 0; j < count; ++j) {
             codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
@@ -455,7 +540,9 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
         },
         residual, valueLanesFor(s), [](uint8_t code) { return e8m0ToFloat(code); });
   };
-  return residual ? encode(std::true_type{}) : encode(std::false_type{});
+  saturated += residual ? encode(std::true_type{}) : encode(std::false_type{});
+  if (firstBad && bad != ~uint64_t{0}) *firstBad = done + bad;
+  return saturated;
 }
 
 GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
