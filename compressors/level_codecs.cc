@@ -178,11 +178,8 @@ class TernGradCodec final : public BlockCodec {
                   bool accumulate) const override {
     const Sections sec = sections(h);
     const auto* maxima = reinterpret_cast<const float*>(payload + sec.offset[0]);
-    uint8_t* codes = scratchCodes(count);
-    cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 4, count, 2, codes);
-    forBlocksInTile(begin, count, h.blockSize, [&](uint64_t block, uint64_t off, uint64_t len) {
-      cpu::decodeTernBlock(codes + off, len, maxima[block], out + off, accumulate);
-    });
+    cpu::decodeTernTilePacked(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin / 4, count,
+                              h.blockSize, maxima + begin / h.blockSize, out, accumulate);
   }
 #if GRADCOMP_HAVE_CUDA
   void launchEncodeOnDevice(const DeviceEncode& d) const override {

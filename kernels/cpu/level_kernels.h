@@ -45,5 +45,9 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
 // or n.
 size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
                             uint8_t* packed);
+// TernGrad's decode of a tile packed as encodeTernTilePacked writes it: out (=|+=) decodeTernBlock's values.
+// On the avx512 path with blocks a multiple of 16 the codes are read from `packed` in registers.
+void decodeTernTilePacked(const uint8_t* packed, size_t n, size_t blockSize, const float* maxima, float* out,
+                          bool accumulate);
 
 }  // namespace gradcomp::cpu

@@ -58,5 +58,37 @@ GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, cons
   return i;
 }
 
+GRADCOMP_AVX512 void decodeTernCodesPacked(const uint8_t* packed, size_t n, float maxAbs, float* out,
+                                           bool accumulate) {
+  const __m512 pos = _mm512_set1_ps(maxAbs), neg = _mm512_set1_ps(-maxAbs);
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  // 16 codes from one 32-bit word: lane j takes bits 2j and 2j + 1.
+  const auto values = [&](uint32_t word) GRADCOMP_AVX512_LAMBDA {
+    const __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts), three);
+    const __m512 v = _mm512_mask_mov_ps(_mm512_setzero_ps(), _mm512_cmpeq_epi32_mask(c, one), pos);
+    return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(c, two), neg);
+  };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32_t word;
+    std::memcpy(&word, packed + i / 4, 4);
+    __m512 v = values(word);
+    // The add even for a zero value, as the scalar loop does (-0 + +0 is +0).
+    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(out + i), v);
+    _mm512_storeu_ps(out + i, v);
+  }
+  if (i < n) {
+    // The last (n - i) codes: their bytes only (a partial last byte's high bits are the next block's or
+    // padding; the lanes past n are not stored).
+    uint32_t word = 0;
+    std::memcpy(&word, packed + i / 4, (n - i + 3) / 4);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512 v = values(word);
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out + i), v);
+    _mm512_mask_storeu_ps(out + i, lanes, v);
+  }
+}
+
 }  // namespace gradcomp::cpu::avx512
 #endif

@@ -20,5 +20,9 @@ size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const floa
 // scalar::ternCode (2 bits, pre == 1, inv = fl(1 / max |x|)) likewise.
 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed);
 
+// decodeTernBlock's values (1 -> +maxAbs, 2 -> -maxAbs, 0 and 3 -> +0) of n 2-bit codes packed from bit 0
+// of packed, read straight from the payload (16 codes from 4 bytes, no byte-per-code scratch).
+void decodeTernCodesPacked(const uint8_t* packed, size_t n, float maxAbs, float* out, bool accumulate);
+
 }  // namespace gradcomp::cpu::avx512
 #endif

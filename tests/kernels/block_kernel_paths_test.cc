@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -284,6 +285,44 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
   }
   std::printf("level kernels (qsgd 4 / 8 bits, terngrad: packed tile encode): %zu cases on the %s path equal the "
               "scalar reference\n", compared, cpuPathName(GetParam()));
+}
+
+// TernGrad's tile decoder reading the 2-bit codes from the payload in registers, against the scalar unpack and
+// decodeTernBlock: random bytes (every code, 3 included, which the validator rejects and both decode as
+// +0), overwrite and accumulate into a buffer holding -0 (so a skipped add of a zero shows), every length
+// to 100 and one past 4096, block sizes that take the vector path (multiples of 16) and ones that do not.
+std::vector<float> runTernDecode(CpuPath path, const std::vector<uint8_t>& packed, size_t n, size_t blockSize,
+                                 const std::vector<float>& maxima, bool accumulate) {
+  setCpuPath(path);
+  std::vector<float> out(n + 1, 7.0f);  // one past the end: must stay
+  for (size_t i = 0; i < n; ++i) out[i] = i % 3 == 0 ? -0.0f : static_cast<float>(i % 7) - 3.5f;
+  decodeTernTilePacked(packed.data(), n, blockSize, maxima.data(), out.data(), accumulate);
+  return out;
+}
+
+TEST_P(LevelKernelPaths, TernDecodeGivesTheScalarBits) {
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  size_t compared = 0;
+  for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{16}, size_t{24}})
+    for (const size_t n : lengths) {
+      const auto s = scalar::RngStream::make(n, blockSize, 5, 6);
+      std::vector<uint8_t> packed((n + 3) / 4 + 4);
+      for (size_t b = 0; b < packed.size(); ++b) packed[b] = static_cast<uint8_t>(s.word(b));
+      std::vector<float> maxima((n + blockSize - 1) / blockSize);
+      for (size_t b = 0; b < maxima.size(); ++b) maxima[b] = scalar::uniform01(s.word(1000000 + b)) * 8.0f + 0.25f;
+      for (const bool accumulate : {false, true}) {
+        const auto want = runTernDecode(CpuPath::Scalar, packed, n, blockSize, maxima, accumulate);
+        const auto got = runTernDecode(GetParam(), packed, n, blockSize, maxima, accumulate);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "block " << blockSize << " n " << n << " accumulate " << accumulate;
+        ASSERT_EQ(got[n], 7.0f) << "wrote past the tile, n " << n;
+        ++compared;
+      }
+    }
+  std::printf("terngrad packed decode: %zu cases on the %s path equal the scalar reference\n", compared,
+              cpuPathName(GetParam()));
 }
 
 // qsgd's sums of squares, several blocks at a time (blockSumSquaresEach) against the order blockSumSquares
