@@ -18,14 +18,26 @@ namespace {
 // codecs' and the models' math, and the CUDA orthogonalization (kernels/cuda/low_rank.cu) matches them.
 constexpr size_t kLanes = scalar::kLowRankLanes;
 
-// sum_j a[j] * b[j] over n, in kLanes interleaved partial sums.
-float dot(const float* a, const float* b, size_t n) {
-  float lane[kLanes] = {};
+// out[row * outStride] = sum_j a[row * n + j] * b[j] over n for kRows rows of a, each in kLanes interleaved
+// partial sums. Several rows per pass give the loop independent add chains (one row's lanes are one
+// chain of dependent adds, bound by the adder's latency) and read b once for all of them.
+template <size_t kRows>
+void dotRows(const float* a, const float* b, size_t n, float* out, size_t outStride) {
+  float lane[kRows][kLanes] = {};
   size_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
-    for (size_t l = 0; l < kLanes; ++l) lane[l] += a[j + l] * b[j + l];
-  for (size_t l = 0; j < n; ++j, ++l) lane[l] += a[j] * b[j];
-  return scalar::lowRankLaneSum(lane);
+    for (size_t row = 0; row < kRows; ++row)
+      for (size_t l = 0; l < kLanes; ++l) lane[row][l] += a[row * n + j + l] * b[j + l];
+  for (size_t row = 0; row < kRows; ++row) {
+    for (size_t t = j, l = 0; t < n; ++t, ++l) lane[row][l] += a[row * n + t] * b[t];
+    out[row * outStride] = scalar::lowRankLaneSum(lane[row]);
+  }
+}
+
+float dot(const float* a, const float* b, size_t n) {
+  float out = 0.0f;
+  dotRows<1>(a, b, n, &out, 0);
+  return out;
 }
 
 // Column c of a row-major rows x cols matrix, copied contiguous (and back).
@@ -36,14 +48,31 @@ void scatter(const float* col, size_t rows, size_t cols, size_t c, float* a) {
   for (size_t i = 0; i < rows; ++i) a[i * cols + c] = col[i];
 }
 
-// acc (r x m) += A^T B, A's rows in order (the AVX-512 twin keeps this order, low_rank_avx512.h).
+// acc (r x m) += A^T B, A's rows in order (the AVX-512 twin keeps this order, low_rank_avx512.h). Up to four
+// rows of A per pass over an accumulator row: each element still takes one product and one add per row,
+// in row order, but is loaded and stored once per four rows.
 void accumulateTransposedA(const float* a, size_t n, size_t m, const float* b, size_t r, float* acc) {
-  for (size_t i = 0; i < n; ++i) {
-    const float* row = a + i * m;
+  for (size_t i = 0; i < n; i += 4) {
+    const size_t rows = std::min<size_t>(4, n - i);
     for (size_t k = 0; k < r; ++k) {
-      const float bk = b[i * r + k];
       float* out = acc + k * m;
-      for (size_t j = 0; j < m; ++j) out[j] += row[j] * bk;
+      const float* row = a + i * m;
+      if (rows == 4) {
+        const float b0 = b[i * r + k], b1 = b[(i + 1) * r + k], b2 = b[(i + 2) * r + k], b3 = b[(i + 3) * r + k];
+        for (size_t j = 0; j < m; ++j) {
+          float s = out[j];
+          s += row[j] * b0;
+          s += row[m + j] * b1;
+          s += row[2 * m + j] * b2;
+          s += row[3 * m + j] * b3;
+          out[j] = s;
+        }
+      } else {
+        for (size_t t = 0; t < rows; ++t) {
+          const float bk = b[(i + t) * r + k];
+          for (size_t j = 0; j < m; ++j) out[j] += row[t * m + j] * bk;
+        }
+      }
     }
   }
 }
@@ -58,7 +87,11 @@ void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float*
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (activeCpuPath() == CpuPath::Avx512) return avx512::matmulRowsByColumns(a, n, m, bt.data(), r, c);
 #endif
-  for (size_t i = 0; i < n; ++i)
+  // Four rows share each pass over a column of B (dotRows).
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t k = 0; k < r; ++k) dotRows<4>(a + i * m, bt.data() + k * m, m, c + i * r + k, r);
+  for (; i < n; ++i)
     for (size_t k = 0; k < r; ++k) c[i * r + k] = dot(a + i * m, bt.data() + k * m, m);
 }
 
@@ -84,14 +117,21 @@ void matmulTransposedB(const float* a, size_t n, size_t r, const float* b, size_
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (activeCpuPath() == CpuPath::Avx512) return avx512::matmulTransposedBRows(a, n, r, bt.data(), m, c);
 #endif
+  // Per chunk of a row, the r terms summed in a local array the compiler keeps in registers, and stored
+  // once (summing into the output itself stores and reloads every element r times).
+  constexpr size_t kChunk = 64;
   for (size_t i = 0; i < n; ++i) {
     float* out = c + i * m;
-    const float a0 = a[i * r];
-    for (size_t j = 0; j < m; ++j) out[j] = a0 * bt[j];
-    for (size_t k = 1; k < r; ++k) {
-      const float ak = a[i * r + k];
-      const float* bk = bt.data() + k * m;
-      for (size_t j = 0; j < m; ++j) out[j] += ak * bk[j];
+    const float* ai = a + i * r;
+    for (size_t j0 = 0; j0 < m; j0 += kChunk) {
+      const size_t len = std::min(kChunk, m - j0);
+      float sum[kChunk];
+      for (size_t j = 0; j < len; ++j) sum[j] = ai[0] * bt[j0 + j];
+      for (size_t k = 1; k < r; ++k) {
+        const float* bk = bt.data() + k * m + j0;
+        for (size_t j = 0; j < len; ++j) sum[j] += ai[k] * bk[j];
+      }
+      std::copy(sum, sum + len, out + j0);
     }
   }
 }

@@ -1,10 +1,8 @@
-// PowerSGD's products on AVX-512, in exactly low_rank.cc's order. That file's loops, compiled for the
-// build's ISA, run one dependent chain at a time (a dot product's 8 lanes accumulate through one add
-// chain, an accumulator row is loaded and stored once per row of M) and, in the Python package (built for
-// plain x86-64), on 4-wide SSE registers: 26.6 ms for the rank-2 compress of a 4096 x 4096 matrix on the
-// Xeon of 2026-12-04, where torch's MKL took 25.1. Here several rows go through each pass, so the chains
-// are independent and an accumulator stays in a register across rows. The target attribute (not a
-// file-wide flag) keeps the build runnable on CPUs without AVX-512.
+// PowerSGD's products on AVX-512, in exactly low_rank.cc's order and with the same grouping of rows (four
+// per pass: independent add chains, accumulators kept in registers across rows). low_rank.cc's loops are
+// vectorized by the compiler for the build's ISA; these run AVX-512 wherever the CPU has it, including
+// in a build for plain x86-64 (the Python package's default, `pip install .`), where those loops get SSE.
+// The target attribute (not a file-wide flag) keeps the build runnable on CPUs without AVX-512.
 #include "kernels/cpu/low_rank_avx512.h"
 
 #include "kernels/cpu/avx512_intrinsics.h"
