@@ -233,7 +233,12 @@ void decodeFp8Block(const uint8_t* codes, size_t n, Fp8Format fmt, float scale, 
     const __m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mant), vStep));
     const __m256i bits = _mm256_or_si256(_mm256_blendv_epi8(normal, sub, _mm256_cmpeq_epi32(e, zero)), sign);
     __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), vInv);
-    if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    if (accumulate) {
+      // The sum streams from memory: its lines 4 KiB ahead, one per two vectors (the hardware prefetchers
+      // alone left fp8 decode-accumulate at 1.2-1.45x memcpy on the Xeon of 2026-12-04).
+      if (i % 16 == 0) prefetchFloats(out, i + 1024, i + 1040, PrefetchInto::L1);
+      v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    }
     _mm256_storeu_ps(out + i, v);
   }
 #endif
@@ -495,7 +500,10 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
   for (; i + 8 <= n; i += 8) {
     const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
     __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(c), vInv);
-    if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    if (accumulate) {
+      if (i % 16 == 0) prefetchFloats(out, i + 1024, i + 1040, PrefetchInto::L1);  // as decodeFp8Block
+      v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+    }
     _mm256_storeu_ps(out + i, v);
   }
 #endif

@@ -214,7 +214,10 @@ GRADCOMP_AVX512 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t bl
                                               _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xf0)), 28));
       const __m512i codes = _mm512_srai_epi32(_mm512_slli_epi32(nibbles, 28), 28);
       __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(codes), inv);
-      if (accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      if (accumulate) {
+        prefetchFloats(out, i + 1024, i + 1040, PrefetchInto::L1);  // the sum streams from memory
+        y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      }
       if (m == 16) {
         _mm512_storeu_ps(out + i, y);
       } else {

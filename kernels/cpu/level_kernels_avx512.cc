@@ -5,6 +5,7 @@
 #include "kernels/cpu/level_kernels_avx512.h"
 
 #include "kernels/cpu/avx512_intrinsics.h"
+#include "kernels/cpu/prefetch.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
 
@@ -74,8 +75,12 @@ GRADCOMP_AVX512 void decodeTernCodesPacked(const uint8_t* packed, size_t n, floa
     uint32_t word;
     std::memcpy(&word, packed + i / 4, 4);
     __m512 v = values(word);
-    // The add even for a zero value, as the scalar loop does (-0 + +0 is +0).
-    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(out + i), v);
+    // The add even for a zero value, as the scalar loop does (-0 + +0 is +0); the sum streams from
+    // memory, so its line 4 KiB ahead is asked for.
+    if (accumulate) {
+      prefetchFloats(out, i + 1024, i + 1040, PrefetchInto::L1);
+      v = _mm512_add_ps(_mm512_loadu_ps(out + i), v);
+    }
     _mm512_storeu_ps(out + i, v);
   }
   if (i < n) {

@@ -248,7 +248,11 @@ GRADCOMP_AVX512 void decodeBlocks(const uint8_t* packed, size_t n, size_t blockS
       const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
       const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1u);
       __m512 y = _mm512_mul_ps(elementValues(unpackCodes(packed + i * static_cast<size_t>(bits) / 8, bits, m), v), f);
-      if (accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      if (accumulate) {
+        // The sum streams from memory: its line 4 KiB ahead, one per vector.
+        prefetchFloats(out, i + 1024, i + 1040, PrefetchInto::L1);
+        y = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, out + i), y);
+      }
       if (m == 16) {
         _mm512_storeu_ps(out + i, y);
       } else {
