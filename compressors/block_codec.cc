@@ -30,14 +30,22 @@
 namespace gradcomp {
 namespace {
 
-// c[i] = g[i] + e[i]; returns max |c| bits (>= 0x7f800000 when some c is Inf or NaN).
-uint32_t addAndMaxAbsBits(const float* g, const float* e, float* c, uint64_t n) {
+// c[i] = g[i] + e[i]; returns max |c| bits (>= 0x7f800000 when some c is Inf or NaN). The next tile's g
+// and e (the `next` values after these n) are pulled toward L2 as the pass goes, a line of each per 16
+// values: the add pass is memory-bound and the encode after it compute-bound, and asked for here they
+// arrive while this tile is encoded. (All 128 lines asked for in one burst after the pass stalled on the
+// line fill buffers on the Xeon of 2026-12-04.)
+uint32_t addAndMaxAbsBits(const float* g, const float* e, float* c, uint64_t n, uint64_t next) {
   uint32_t worst = 0;
   uint64_t i = 0;
 #if defined(__AVX2__)
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
   __m256i acc = _mm256_setzero_si256();
   for (; i + 8 <= n; i += 8) {
+    if (i % 16 == 0 && i < next) {
+      cpu::prefetchFloats(g, n + i, n + i + 1, cpu::PrefetchInto::L2);
+      cpu::prefetchFloats(e, n + i, n + i + 1, cpu::PrefetchInto::L2);
+    }
     const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(e + i));
     _mm256_storeu_ps(c + i, v);
     acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_castps_si256(v), absMask));
@@ -46,6 +54,10 @@ uint32_t addAndMaxAbsBits(const float* g, const float* e, float* c, uint64_t n) 
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
   for (uint32_t l : lanes) worst = std::max(worst, l);
 #endif
+  if (i < next) {  // what the vector loop did not ask for (or all of it, without AVX2)
+    cpu::prefetchFloats(g, n + i, n + next, cpu::PrefetchInto::L2);
+    cpu::prefetchFloats(e, n + i, n + next, cpu::PrefetchInto::L2);
+  }
   for (; i < n; ++i) {
     c[i] = g[i] + e[i];
     worst = std::max(worst, scalar::absBits(c[i]));
@@ -299,17 +311,12 @@ EncodeResult BlockCodec::encodeWithResidualImpl(std::span<const float> grad, std
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
       const float* g = grad.data() + begin;
       const float* e = residualIn.data() + begin;
-      // c = g + e and its largest |c| bits in one pass; the exact index is searched only on failure.
-      if (addAndMaxAbsBits(g, e, c.data(), count) >= 0x7f800000u) {
+      // c = g + e and its largest |c| bits in one pass (the next tile of this thread's range asked for on
+      // the way); the exact index is searched only on failure.
+      const uint64_t nextCount = t + 1 < t1 ? std::min(tile, n - begin - count) : 0;
+      if (addAndMaxAbsBits(g, e, c.data(), count, nextCount) >= 0x7f800000u) {
         bad[thread] = begin + firstNonFinite(std::span<const float>(c.data(), count));
         return;
-      }
-      // Pull the next tile's g and e toward L2 while this one is computed: the add pass is
-      // memory-bound and encode/decode are compute-bound, and prefetching lets them overlap.
-      if (t + 1 < t1) {
-        const uint64_t nextCount = std::min(tile, n - begin - count);
-        cpu::prefetchFloats(g, count, count + nextCount, cpu::PrefetchInto::L2);
-        cpu::prefetchFloats(e, count, count + nextCount, cpu::PrefetchInto::L2);
       }
       encodeTileResidual(h, c.data(), begin, count, payload, ctx, saturated[thread], residualOut.data() + begin,
                          decoded.data());
