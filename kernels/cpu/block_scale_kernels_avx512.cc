@@ -173,6 +173,9 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
       const size_t b0 = (g0 + j) * blockSize, len = blockSize < n - b0 ? blockSize : n - b0;
       const __m512 vScale = _mm512_set1_ps(scales[g0 + j]);
       for (size_t i = b0; i < b0 + len; i += 16) {
+        // The input 4 KiB ahead, one line per vector of codes (as the MX encoders; stochastic rounding asks
+        // for the next tile while it draws the uniforms): the block maxima are this group's first read.
+        if (!uniforms) prefetchFloats(x, i + 1024, i + 1040, PrefetchInto::L1);
         const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
         const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
         // The lanes past the tensor's end load 0 and give the code 0: the zero high nibble of a last odd byte.
