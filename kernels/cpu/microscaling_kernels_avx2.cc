@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_block_steps.h"
+#include "kernels/cpu/prefetch.h"
 
 namespace gradcomp::cpu::avx2 {
 namespace {
@@ -44,13 +45,17 @@ ElementLanes lanesFor(const ElementSpec& s) {
   return l;
 }
 
-// The codes of 8 scaled values (one per 32-bit lane); sat counts the lanes at or past the overflow
-// midpoint.
-inline __m256i elementCodes(__m256 v, const ElementLanes& l, uint32_t& sat) {
+// The lanes of 8 scaled values at or past the overflow midpoint.
+inline uint32_t saturatedLanes(__m256 v, const ElementLanes& l) {
+  const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), l.absMask);
+  const __m256i saturates = _mm256_cmpgt_epi32(a, _mm256_sub_epi32(l.overflow, l.one));  // a >= overflow
+  return static_cast<uint32_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(saturates)))));
+}
+
+// The codes of 8 scaled values (one per 32-bit lane).
+inline __m256i elementCodesUncounted(__m256 v, const ElementLanes& l) {
   const __m256i xb = _mm256_castps_si256(v);
   const __m256i a = _mm256_and_si256(xb, l.absMask);
-  const __m256i saturates = _mm256_cmpgt_epi32(a, _mm256_sub_epi32(l.overflow, l.one));  // a >= overflow
-  sat += static_cast<uint32_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(saturates)))));
   const __m256i sign = _mm256_srl_epi32(_mm256_andnot_si256(l.absMask, xb), l.signShift);
   const __m256i sub =
       _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), l.magic)), l.magicBits);
@@ -60,6 +65,12 @@ inline __m256i elementCodes(__m256 v, const ElementLanes& l, uint32_t& sat) {
   code = _mm256_blendv_epi8(l.maxCode, code, _mm256_cmpgt_epi32(l.maxBits, a));    // a >= max: max code
   code = _mm256_min_epu32(code, l.maxCode);
   return _mm256_or_si256(sign, code);
+}
+
+// The codes of 8 scaled values; sat counts the lanes at or past the overflow midpoint.
+inline __m256i elementCodes(__m256 v, const ElementLanes& l, uint32_t& sat) {
+  sat += saturatedLanes(v, l);
+  return elementCodesUncounted(v, l);
 }
 
 // elementToFloat on 8 lanes for finite codes: sign | exponent rebiased | mantissa shifted up, or the
@@ -266,6 +277,100 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uin
   return g;
 }
 
+// elementCodesUncounted for one format known at compile time: its shifts as immediates (a shift by a
+// register count is two micro-ops on Intel cores, and the counts held two registers of the sixteen, so the
+// group encoder's constants spilled), and without the test of a >= the largest value: the rounding is
+// monotonic in a, so every such a rounds to the largest code or above it, and the final minimum caps it.
+template <int kMantBits, int kBits>
+inline __m256i elementCodesOf(__m256 v, const ElementLanes& l) {
+  const __m256i xb = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(xb, l.absMask);
+  const __m256i sign = _mm256_srli_epi32(_mm256_andnot_si256(l.absMask, xb), 32 - kBits);
+  const __m256i sub =
+      _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), l.magic)), l.magicBits);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 23 - kMantBits), l.one);
+  const __m256i nor = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, l.rebias), odd), 23 - kMantBits);
+  const __m256i code = _mm256_blendv_epi8(nor, sub, _mm256_cmpgt_epi32(l.minNormal, a));  // a < min normal
+  return _mm256_or_si256(sign, _mm256_min_epu32(code, l.maxCode));
+}
+
+// MX with its standard 32-element blocks, 8 blocks (256 elements) per step, as the AVX-512 group encoder
+// does 16: the maxima by one transposing reduction (after a maximum of each block's four vectors), the 8
+// shared scales in one register, each block's codes from its four vectors with the factor broadcast from
+// a stored lane, and saturation counted only in the blocks whose scaled maximum reaches the overflow
+// midpoint. encodeBlocks paid a horizontal maximum, a scalar scale rule, a test of a zero factor and a
+// saturation count per vector. Stops before a last partial group or a group whose maximum is not finite;
+// returns the elements encoded.
+template <int kMantBits, int kBits>
+size_t encodeMxGroups(const float* x, size_t n, const ElementSpec& s, uint8_t* packed, uint8_t* scaleCodes,
+                      uint64_t& saturated) {
+  constexpr size_t kBlock = 32, kGroupValues = kBlock * 8;
+  const ElementLanes l = lanesFor(s);
+  const __m256i emax = _mm256_set1_epi32(s.emax), inverseBias = _mm256_set1_epi32(254);
+  const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff), atOverflow = _mm256_sub_epi32(l.overflow, l.one);
+  const auto magnitude = [&](const float* p) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), l.absMask);
+  };
+  size_t g = 0;
+  for (; g + kGroupValues <= n; g += kGroupValues) {
+    const float* xg = x + g;
+    __m256i m[8];
+    for (int j = 0; j < 8; ++j) {
+      const float* b = xg + kBlock * j;
+      m[j] = _mm256_max_epu32(_mm256_max_epu32(magnitude(b), magnitude(b + 8)),
+                              _mm256_max_epu32(magnitude(b + 16), magnitude(b + 24)));
+    }
+    const __m256i amax = laneMaxima8(m);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) break;
+    // mxSharedScaleCode: floor(log2 amax) - emax + 127 clamped at 0 is the exponent field less emax for a
+    // normal amax; a subnormal or zero amax (field 0) gives 0, as the clamp at -127 does (emax >= 1).
+    const __m256i codes = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(amax, 23), emax), _mm256_setzero_si256());
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + g / kBlock), _mm_packus_epi16(w, w));
+    // mxInverseScale: 2^(127 - code), exact products with x.
+    const __m256 factors = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(inverseBias, codes), 23));
+    alignas(32) float f[8];
+    _mm256_store_ps(f, factors);
+    for (int j = 0; j < 8; ++j) {
+      const float* b = xg + kBlock * j;
+      // The input 4 KiB ahead, a line per pair of vectors, spread over the codes' arithmetic (as the
+      // AVX-512 encoders ask, where one burst per group stalled on the line fill buffers).
+      prefetchFloats(x, g + kBlock * j + 1024, g + kBlock * j + 1056, PrefetchInto::L1);
+      const __m256 fj = _mm256_set1_ps(f[j]);
+      __m256i c[4];
+      for (int k = 0; k < 4; ++k)
+        c[k] = elementCodesOf<kMantBits, kBits>(_mm256_mul_ps(_mm256_loadu_ps(b + 8 * k), fj), l);
+      uint8_t* out = packed + (g + kBlock * j) * kBits / 8;
+      store16(c[0], c[1], kBits, out);
+      store16(c[2], c[3], kBits, out + 16 * kBits / 8);
+    }
+    // Saturation: a block's largest scaled magnitude is its maximum's (the product is monotonic).
+    const __m256i scaledMax = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), factors));
+    for (unsigned sat = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(scaledMax, atOverflow))));
+         sat; sat &= sat - 1) {
+      const size_t j = static_cast<size_t>(__builtin_ctz(sat));
+      const __m256 fj = _mm256_set1_ps(f[j]);
+      for (size_t k = 0; k < kBlock; k += 8)
+        saturated += saturatedLanes(_mm256_mul_ps(_mm256_loadu_ps(xg + kBlock * j + k), fj), l);
+    }
+  }
+  return g;
+}
+
+// encodeMxGroups for fmt's code width and mantissa.
+size_t encodeMxGroupsOf(ElementFormat fmt, const float* x, size_t n, uint8_t* packed, uint8_t* scaleCodes,
+                        uint64_t& saturated) {
+  const ElementSpec s = elementSpec(fmt);
+  switch (fmt) {
+    case ElementFormat::E4M3: return encodeMxGroups<3, 8>(x, n, s, packed, scaleCodes, saturated);
+    case ElementFormat::E5M2: return encodeMxGroups<2, 8>(x, n, s, packed, scaleCodes, saturated);
+    case ElementFormat::E2M3: return encodeMxGroups<3, 6>(x, n, s, packed, scaleCodes, saturated);
+    case ElementFormat::E3M2: return encodeMxGroups<2, 6>(x, n, s, packed, scaleCodes, saturated);
+    case ElementFormat::E2M1: return encodeMxGroups<1, 4>(x, n, s, packed, scaleCodes, saturated);
+  }
+  return 0;
+}
+
 // ---------------------------------------------------------------- decode
 
 // 8 6-bit codes from 6 bytes: lane k takes the two bytes that hold bits 6k..6k+5 (from byte 6k / 8), as
@@ -346,13 +451,28 @@ size_t decodeNvfp4BlocksPacked(const uint8_t* packed, size_t n, size_t blockSize
 BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, ElementFormat fmt, uint8_t* packed,
                                    uint8_t* scaleCodes, uint64_t* firstBad) {
   const ElementSpec s = elementSpec(fmt);
-  return encodeBlocks<false>(x, n, blockSize, lanesFor(s), packed, scaleCodes, firstBad,
-                             [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors) {
-                               for (size_t j = 0; j < count; ++j) {
-                                 codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
-                                 factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
-                               }
-                             });
+  // The standard 32-element blocks go through the group encoder; the rest (a last partial group, another
+  // block size, a group holding NaN/Inf, which encodeBlocks reports) through encodeBlocks.
+  BlocksEncoded r;
+  const size_t done = blockSize == 32 ? encodeMxGroupsOf(fmt, x, n, packed, scaleCodes, r.saturated) : 0;
+  if (done == n) {
+    r.done = n;
+    return r;
+  }
+  uint64_t bad = ~uint64_t{0};
+  const BlocksEncoded rest = encodeBlocks<false>(
+      x + done, n - done, blockSize, lanesFor(s), packed + done * static_cast<size_t>(s.bits) / 8,
+      scaleCodes + done / blockSize, firstBad ? &bad : nullptr,
+      [&](const uint32_t* maxBits, size_t count, uint8_t* codes, float* factors) {
+        for (size_t j = 0; j < count; ++j) {
+          codes[j] = mxSharedScaleCode(bitsToFloat(maxBits[j]), s);
+          factors[j] = mxInverseScale(codes[j]);  // x / 2^e as the exact product with 2^-e
+        }
+      });
+  if (firstBad && bad != ~uint64_t{0}) *firstBad = done + bad;
+  r.saturated += rest.saturated;
+  r.done = done + rest.done;
+  return r;
 }
 
 BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
