@@ -356,8 +356,10 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
     for (; i0 + 8 <= n; i0 += 8) {
       const __m256 v = _mm256_loadu_ps(x + i0);
       const __m256 scaled = _mm256_mul_ps(v, vScale);
+      // Nearest without a residual: clamped, then rounded by the conversion (as int4Codes).
       __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i0)))
-                          : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                 : residual ? _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                            : scaled;
       q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
       const __m256i qi = _mm256_cvtps_epi32(q);
       const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
@@ -377,10 +379,11 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 template <bool kStochastic>
 static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
   const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x), vScale);
-  __m256 q = kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u)))
-                         : _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
-  return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  // Nearest: the clamp first, the rounding by the conversion itself (to nearest even under the default
+  // rounding mode, as nearbyint): a clamp to integer bounds commutes with rounding to nearest, and the
+  // vroundps it saves is two of the eight arithmetic micro-ops per vector on Intel cores.
+  const __m256 q = kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u))) : scaled;
+  return _mm256_and_si256(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi)), _mm256_set1_epi32(0xf));
 }
 
 // encodeInt4Blocks for blocks of a multiple of 8 values, fused: codes go straight from registers to the
