@@ -68,6 +68,23 @@ GRADCOMP_AVX512 inline __m512i elementCodes(__m512 v, const ElementLanes& l, __m
   return elementCodesUncounted(v, l);
 }
 
+// elementCodesUncounted for one format known at compile time: its shifts as immediates (a shift by a
+// register count is two micro-ops on Intel cores), and without the test of a >= the largest value: the
+// rounding is monotonic in a, so every such a rounds to the largest code or above it, and the final
+// minimum caps it.
+template <int kMantBits, int kBits>
+GRADCOMP_AVX512 inline __m512i elementCodesOf(__m512 v, const ElementLanes& l) {
+  const __m512i xb = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(xb, l.absMask);
+  const __m512i sign = _mm512_srli_epi32(_mm512_andnot_si512(l.absMask, xb), 32 - kBits);
+  const __m512i sub =
+      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), l.magic)), l.magicBits);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 23 - kMantBits), l.one);
+  const __m512i nor = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, l.rebias), odd), 23 - kMantBits);
+  const __m512i code = _mm512_mask_mov_epi32(nor, _mm512_cmplt_epu32_mask(a, l.minNormal), sub);
+  return _mm512_or_si512(sign, _mm512_min_epu32(code, l.maxCode));
+}
+
 // 16 codes of `bits` bits packed LSB-first into the low bytes of a register (16, 12 or 8 of them).
 GRADCOMP_AVX512 inline __m128i packCodes(__m512i c, int bits) {
   if (bits == 8) return _mm512_cvtepi32_epi8(c);
@@ -447,7 +464,7 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
 // a saturation count on every vector (1.3 cycles per value on the Xeon of 2026-12-04). Stops before a last
 // partial group or a group whose maximum is not finite; returns the elements encoded. With kResidual,
 // residual = x - value(code) x e8m0ToFloat(code), the decoder's product, from the codes in registers.
-template <bool kResidual>
+template <bool kResidual, int kMantBits, int kBits>
 GRADCOMP_AVX512 size_t encodeMxGroups(const float* x, size_t n, const ElementSpec& s, uint8_t* packed,
                                       uint8_t* scaleCodes, uint64_t& saturated, float* residual) {
   constexpr size_t kBlock = 32, kGroupValues = kBlock * 16;
@@ -481,8 +498,8 @@ GRADCOMP_AVX512 size_t encodeMxGroups(const float* x, size_t n, const ElementSpe
       // The input 4 KiB ahead, one line per vector, spread over the codes' arithmetic (as encodeBlocks).
       if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * v, g + 1040 + 16 * v, PrefetchInto::L1);
       const __m512 xv = _mm512_loadu_ps(xg + 16 * v);
-      const __m512i c = elementCodesUncounted(_mm512_mul_ps(xv, _mm512_set1_ps(f[j])), l);
-      storeCodes(packCodes(c, l.bits), l.bits, packed + (g + 16 * v) * static_cast<size_t>(l.bits) / 8, 16);
+      const __m512i c = elementCodesOf<kMantBits, kBits>(_mm512_mul_ps(xv, _mm512_set1_ps(f[j])), l);
+      storeCodes(packCodes(c, kBits), kBits, packed + (g + 16 * v) * static_cast<size_t>(kBits) / 8, 16);
       if constexpr (kResidual)
         _mm512_storeu_ps(residual + g + 16 * v,
                          _mm512_sub_ps(xv, _mm512_mul_ps(elementValues(c, values), _mm512_set1_ps(decodeFactor[j]))));
@@ -498,6 +515,21 @@ GRADCOMP_AVX512 size_t encodeMxGroups(const float* x, size_t n, const ElementSpe
     }
   }
   return g;
+}
+
+// encodeMxGroups for fmt's code width and mantissa.
+template <bool kResidual>
+GRADCOMP_AVX512 size_t encodeMxGroupsOf(ElementFormat fmt, const float* x, size_t n, uint8_t* packed,
+                                        uint8_t* scaleCodes, uint64_t& saturated, float* residual) {
+  const ElementSpec s = elementSpec(fmt);
+  switch (fmt) {
+    case ElementFormat::E4M3: return encodeMxGroups<kResidual, 3, 8>(x, n, s, packed, scaleCodes, saturated, residual);
+    case ElementFormat::E5M2: return encodeMxGroups<kResidual, 2, 8>(x, n, s, packed, scaleCodes, saturated, residual);
+    case ElementFormat::E2M3: return encodeMxGroups<kResidual, 3, 6>(x, n, s, packed, scaleCodes, saturated, residual);
+    case ElementFormat::E3M2: return encodeMxGroups<kResidual, 2, 6>(x, n, s, packed, scaleCodes, saturated, residual);
+    case ElementFormat::E2M1: return encodeMxGroups<kResidual, 1, 4>(x, n, s, packed, scaleCodes, saturated, residual);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -523,8 +555,8 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
   // block size, a group holding NaN/Inf, which encodeBlocks reports) through encodeBlocks.
   uint64_t saturated = 0;
   const size_t done = blockSize != 32 ? 0
-                      : residual      ? encodeMxGroups<true>(x, n, s, packed, scaleCodes, saturated, residual)
-                                      : encodeMxGroups<false>(x, n, s, packed, scaleCodes, saturated, nullptr);
+                      : residual      ? encodeMxGroupsOf<true>(fmt, x, n, packed, scaleCodes, saturated, residual)
+                                      : encodeMxGroupsOf<false>(fmt, x, n, packed, scaleCodes, saturated, nullptr);
   if (done == n) return saturated;
   x += done;
   n -= done;
