@@ -3,7 +3,10 @@
 // the build runnable on CPUs without AVX-512; cpu_path.h decides at run time.
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 
+#include <cfloat>
+
 #include "kernels/cpu/avx512_intrinsics.h"
+#include "kernels/cpu/avx512_block_steps.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/scalar/scale_limits.h"
 
@@ -153,8 +156,90 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
   return i;
 }
 
+namespace {
+
+// 16 values' int4 codes as bytes of packed nibbles (8 bytes): x x scale rounded (to nearest even by the
+// conversion itself, the clamp first: a clamp to integer bounds commutes with rounding to nearest; or
+// floor(x s + u)), clamped to +-7, two's complement in 4 bits; in each 64-bit lane the odd element's
+// nibble (bits 32..35) moves beside the even one's (bits 4..7) and vpmovqb keeps each lane's low byte.
+template <bool kStochastic>
+GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
+  const __m512 q = kStochastic ? _mm512_roundscale_ps(_mm512_add_ps(scaled, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                               : scaled;
+  __m512i c = _mm512_and_si512(
+      _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-7.0f)), _mm512_set1_ps(7.0f))),
+      _mm512_set1_epi32(0xf));
+  c = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
+  return _mm512_cvtepi64_epi8(c);
+}
+
+// int4 with its standard 64-value blocks, 16 blocks (1024 values, a codec tile) per step: the maxima by
+// one transposing reduction (after a maximum of each block's four vectors), the 16 scales by blockScaleFor's
+// rules in one register (one division for the 16), the codes of each block from its four vectors with the
+// scale broadcast from a stored lane. Per block, the loop below paid a horizontal maximum and
+// two scalar divisions. Stops before a last partial group; returns the elements encoded.
+template <bool kStochastic>
+GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* uniforms, float* scales,
+                                        uint8_t* packed) {
+  constexpr size_t kBlock = 64, kGroupValues = kBlock * 16;
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff), infBits = _mm512_set1_epi32(0x7f800000);
+  const __m512 seven = _mm512_set1_ps(7.0f), one = _mm512_set1_ps(1.0f);
+  size_t g = 0;
+  for (; g + kGroupValues <= n; g += kGroupValues) {
+    const float* xg = x + g;
+    __m512i m[16];
+    for (int j = 0; j < 16; ++j) {
+      const float* b = xg + kBlock * j;
+      m[j] = _mm512_max_epu32(
+          _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(b), absMask), _mm512_and_si512(_mm512_loadu_si512(b + 16), absMask)),
+          _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(b + 32), absMask),
+                           _mm512_and_si512(_mm512_loadu_si512(b + 48), absMask)));
+    }
+    const __m512i amaxBits = laneMaxima16(m);
+    const __m512 amax = _mm512_castsi512_ps(amaxBits);
+    // blockScaleFor: 7 / amax correctly rounded; a quotient that overflows -> FLT_MAX; amax 0 or not
+    // finite -> 1.
+    __m512 s = _mm512_div_ps(seven, amax);
+    s = _mm512_mask_mov_ps(s, _mm512_cmpeq_epi32_mask(_mm512_castps_si512(s), infBits), _mm512_set1_ps(FLT_MAX));
+    const __mmask16 special = _mm512_cmpeq_epi32_mask(amaxBits, _mm512_setzero_si512()) |
+                              _mm512_cmpge_epu32_mask(amaxBits, infBits);
+    s = _mm512_mask_mov_ps(s, special, one);
+    // blockScaleFor's last rule, a scale raised by ulps until 7 x fl(1 / s) is finite, never applies with
+    // 7: checked over every positive float (docs/notes.md), and the scales of the top binades and the
+    // subnormals are pinned against the scalar rule by BlockKernelPaths.Int4GroupScalesAreBlockScaleFor.
+    _mm512_storeu_ps(scales + g / kBlock, s);
+    for (int j = 0; j < 16; ++j) {
+      const __m512 scale = _mm512_set1_ps(scales[g / kBlock + static_cast<size_t>(j)]);
+      for (int k = 0; k < 4; ++k) {
+        const size_t i = g + kBlock * static_cast<size_t>(j) + 16 * static_cast<size_t>(k);
+        // The input 4 KiB ahead, one line per vector of codes (stochastic rounding asks for the next
+        // tile while it draws the uniforms).
+        if constexpr (!kStochastic) prefetchFloats(x, i + 1024, i + 1040, PrefetchInto::L1);
+        const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), scale);
+        const __m128i bytes =
+            int4Nibbles<kStochastic>(scaled, kStochastic ? _mm512_loadu_ps(uniforms + i) : _mm512_setzero_ps());
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), bytes);
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
 GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                                       uint8_t* packed) {
+  // The standard 64-value blocks through the group encoder, the rest (a last partial group, another block
+  // size) block by block below.
+  if (blockSize == 64) {
+    const size_t done = uniforms ? encodeInt4Groups<true>(x, n, uniforms, scales, packed)
+                                 : encodeInt4Groups<false>(x, n, nullptr, scales, packed);
+    x += done;
+    n -= done;
+    scales += done / blockSize;
+    packed += done / 2;
+    if (uniforms) uniforms += done;
+  }
   const __m512 lo = _mm512_set1_ps(-7.0f), hi = _mm512_set1_ps(7.0f);
   const __m512i nibble = _mm512_set1_epi32(0xf);
   // 16 blocks at a time in three phases (maxima, scales, codes), so one block's dependent chain (a

@@ -32,11 +32,12 @@ std::vector<float> inputs(size_t n, uint64_t seed, bool nonFinite) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(n);
-  // Per block, a wide spread: the block maximum, values 2^-20 of it (subnormal codes), exact zeros.
-  const float specials[] = {3.3e38f, -1e-40f, -0.0f, 0.0f, 448.0f, 6.0f, 1e-30f};
+  // Per block, a wide spread: the block maximum, values 2^-20 of it (subnormal codes), exact zeros, and
+  // -FLT_MAX (an int4 scale 7 / amax whose reciprocal x 7 overflows: raised by ulps until it decodes).
+  const float specials[] = {3.3e38f, -1e-40f, -0.0f, 0.0f, 448.0f, 6.0f, 1e-30f, -std::numeric_limits<float>::max()};
   for (size_t i = 0; i < n; ++i) {
     const uint64_t r = rng() % 16;
-    x[i] = r == 0 ? specials[rng() % 7] : r == 1 ? normal(rng) * 0x1p-20f : r == 2 ? normal(rng) * 1e6f : normal(rng);
+    x[i] = r == 0 ? specials[rng() % 8] : r == 1 ? normal(rng) * 0x1p-20f : r == 2 ? normal(rng) * 1e6f : normal(rng);
   }
   // Two whole 16-element blocks of +-0 and of tiny values: NVFP4's zero block scale inside a group.
   for (size_t i = 160; i < 192 && i < n; ++i) x[i] = i < 176 ? (i % 2 ? -0.0f : 0.0f) : normal(rng) * 1e-30f;
@@ -186,6 +187,40 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
 // bit, on every path; NVFP4 with the three tensor scales above (saturating blocks, and zero-factor blocks
 // whose +-0 and tiny values must give x - (+0), not x - (-0)); lengths around whole 256-value groups,
 // block sizes 16, 32 and 24.
+// int4's block scales are blockScaleFor(amax, 7) on every path: for block maxima across the top 2^17
+// floats below FLT_MAX (where a scale whose reciprocal x 7 overflows would be raised), every subnormal
+// step up to 2^-126 sampled (where 7 / amax overflows to FLT_MAX), zero (scale 1), and one per binade;
+// 16 blocks of 64 per 1024 values, as the AVX-512 group encoder takes them, each block holding its
+// maximum at a varying position and smaller values around it.
+TEST_P(BlockKernelPaths, Int4GroupScalesAreBlockScaleFor) {
+  std::vector<float> maxima{0.0f};
+  const uint32_t top = std::bit_cast<uint32_t>(std::numeric_limits<float>::max());
+  for (uint32_t k = 0; k < (1u << 17); ++k) maxima.push_back(std::bit_cast<float>(top - k));
+  for (uint32_t b = 1; b < 0x00800000u; b += 977) maxima.push_back(std::bit_cast<float>(b));
+  for (uint32_t e = 1; e < 255; ++e) maxima.push_back(std::bit_cast<float>((e << 23) | (e * 12345u & 0x7fffffu)));
+  while (maxima.size() % 16) maxima.push_back(1.0f);
+  constexpr size_t kBlock = 64;
+  const size_t n = maxima.size() * kBlock;
+  std::vector<float> x(n);
+  for (size_t b = 0; b < maxima.size(); ++b)
+    for (size_t i = 0; i < kBlock; ++i) {
+      const float m = maxima[b] * (b % 2 ? -1.0f : 1.0f);
+      x[b * kBlock + i] = i == (b * 7) % kBlock ? m : m * (static_cast<float>(i % 5) * 0.125f);
+    }
+  std::vector<float> want(maxima.size()), got(maxima.size());
+  std::vector<uint8_t> wantCodes(n / 2), gotCodes(n / 2);
+  setCpuPath(CpuPath::Scalar);
+  encodeInt4Blocks(x.data(), n, kBlock, nullptr, want.data(), wantCodes.data());
+  setCpuPath(GetParam());
+  encodeInt4Blocks(x.data(), n, kBlock, nullptr, got.data(), gotCodes.data());
+  for (size_t b = 0; b < maxima.size(); ++b) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(want[b]), std::bit_cast<uint32_t>(scalar::blockScaleFor(maxima[b], 7.0f)))
+        << "block " << b << " amax " << maxima[b];
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[b]), std::bit_cast<uint32_t>(want[b])) << "block " << b << " amax " << maxima[b];
+  }
+  ASSERT_EQ(gotCodes, wantCodes);
+}
+
 TEST_P(BlockKernelPaths, ResidualEqualsXMinusTheDecodedValues) {
   size_t compared = 0;
   for (int kind = 0; kind <= 5; ++kind)
