@@ -394,9 +394,30 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
     alignas(64) float f[16], decodeFactor[16];
     _mm512_store_ps(f, divisors);
     if constexpr (kResidual) _mm512_store_ps(decodeFactor, factors);
-    // Divided, not multiplied by a reciprocal: the definition's rounding (a quotient corrected by two
-    // FMAs, as exact, measured slower than vdivps on Zen 4). The magnitudes are divided, as they are at
-    // hand; the codes take their signs from x.
+    // The codes are those of the quotient a / f correctly rounded (the definition's), as the magnitudes
+    // are at hand; they take their signs from x. A code depends only on which quarter of a binade the
+    // quotient lies in, and on whether it is a quarter's start (an edge: e2m1Codes), so the product with
+    // r = fl(1 / f) stands in for the quotient wherever it lies 4 or more ulps from a quarter's start:
+    // fl(a x r) is within 2 ulps of fl(a / f) (r and the product each round once, 2^-24 each), so both
+    // are then inside the same quarter and neither is its start. A vector with a lane nearer a start (about
+    // 7 in 2^21 of random values) is divided, and so is a group where some 1 / f is not finite (a factor
+    // below 2^-128). vdivps bounded the encoder on Intel cores (16 lanes per 10 cycles, about a fifth of
+    // its time on the Xeon of 2026-12-04); a quotient corrected by two FMAs measured slower than vdivps
+    // on Zen 4.
+    const __m512 reciprocals = _mm512_div_ps(_mm512_set1_ps(1.0f), divisors);
+    const bool reciprocalsFinite = !_mm512_cmpge_epu32_mask(_mm512_castps_si512(reciprocals), _mm512_set1_epi32(0x7f800000));
+    alignas(64) float r[16];
+    _mm512_store_ps(r, reciprocals);
+    const __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff);
+    const auto quotient = [&](int j) GRADCOMP_AVX512_LAMBDA {
+      const __m512 magnitude = _mm512_castsi512_ps(a[j]);
+      if (reciprocalsFinite) {
+        const __m512 product = _mm512_mul_ps(magnitude, _mm512_set1_ps(r[j]));
+        const __m512i offset = _mm512_and_si512(_mm512_add_epi32(_mm512_castps_si512(product), nearStart), quarter);
+        if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6))) return _mm512_castps_si512(product);
+      }
+      return _mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(f[j])));
+    };
     for (int half = 0; half < 2; ++half) {
       __m512i c[8];
       for (int k = 0; k < 8; ++k) {
@@ -405,9 +426,8 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
         // and the hardware prefetchers alone leave it stalled between groups (4.84 -> 4.70 ms per 16M
         // values on Zen 5). Spread over the codes' arithmetic, as the MX encoders ask, not one burst per group.
         if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
-        const __m512i y = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j])));
         const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
-        c[k] = e2m1Codes(y, xb, table);
+        c[k] = e2m1Codes(quotient(j), xb, table);
         if constexpr (kResidual) {
           // A zero-factor block's codes are cleared below: its decoded values are +0 (0 x 0), whatever
           // signs these codes carry.

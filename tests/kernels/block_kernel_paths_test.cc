@@ -182,6 +182,44 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
               cpuPathName(GetParam()));
 }
 
+// NVFP4 elements whose quotient x / f lies within 3 ulps of the start of a quarter binade (where an E2M1
+// code changes) and whose product with fl(1 / f) rounds differently from the quotient: the cases where a
+// product standing in for the quotient (the AVX-512 group encoder near no start) would pick another code.
+// Found by search over random factors and quotients; each block's largest magnitude is 6 t s exactly.
+TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCodes) {
+  std::mt19937_64 rng(15);
+  const float t = 0.0125f;
+  std::vector<float> x;
+  size_t differing = 0;
+  while (x.size() < 16 * 4096) {
+    const uint8_t code = static_cast<uint8_t>(1 + rng() % 0x7e);
+    const float s = scalar::fp8ToFloat(code, scalar::Fp8Format::E4M3), f = s * t;
+    x.push_back(6.0f * t * s);
+    const float reciprocal = 1.0f / f;
+    // Where f is a power of two (s = 1.25 x 2^k with t = 1/80) the product is the quotient: another scale.
+    if (std::bit_cast<uint32_t>(f) << 9 == 0) {
+      x.pop_back();
+      continue;
+    }
+    while (x.size() % 16) {
+      // A quarter start from 2^-3 to 2^3 (all of E2M1's edges and its saturation), moved by up to 3 ulps.
+      const int exponent = static_cast<int>(rng() % 6) - 3;
+      const float start = std::ldexp(1.0f + 0.25f * static_cast<float>(rng() % 4), exponent);
+      const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(start) + static_cast<uint32_t>(rng() % 7) - 3u);
+      const float v = std::bit_cast<float>(std::bit_cast<uint32_t>(q * f) + static_cast<uint32_t>(rng() % 5) - 2u);
+      if (std::fabs(v) > 6.0f * f || v * reciprocal == v / f) continue;
+      ++differing;
+      x.push_back(rng() % 2 ? -v : v);
+    }
+  }
+  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+  const Packed got = run(GetParam(), 5, x, 16, t, &want);
+  ASSERT_EQ(got.codes, want.codes);
+  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
+  ASSERT_EQ(got.saturated, want.saturated);
+  EXPECT_EQ(differing, x.size() - 4096);
+}
+
 // The MX and NVFP4 encoders with error feedback's residual (on AVX-512 the codes are decoded in
 // registers): the same payload as the plain encode, and residual = x - the packed decoder's value, bit for
 // bit, on every path; NVFP4 with the three tensor scales above (saturating blocks, and zero-factor blocks
