@@ -1,5 +1,6 @@
 // Steps the AVX2 block encoders share (block_scale_kernels.cc's int4, microscaling_kernels_avx2.cc's MX /
-// NVFP4): a block's largest magnitude, and the packing of 4-bit codes held one per 32-bit lane.
+// NVFP4): a block's largest magnitude, the largest magnitudes of 8 blocks at once, and the packing of
+// 4-bit codes held one per 32-bit lane.
 #pragma once
 
 #if defined(__AVX2__)
@@ -26,6 +27,24 @@ inline uint32_t blockMaxAbsBitsAvx2(const float* x, size_t len) {
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+// The largest lane of each of 8 vectors, lane j of the result from m[j]: a transposing reduction (7
+// maxima and 14 shuffles for 8 blocks, where a horizontal maximum per block takes 6 steps).
+inline __m256i laneMaxima8(const __m256i* m) {
+  __m256i p[4], q[2];
+  // 128-bit lane 0 of p[k]: 4 partial maxima of m[2k]; lane 1: of m[2k + 1].
+  for (int k = 0; k < 4; ++k)
+    p[k] = _mm256_max_epu32(_mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x20),
+                            _mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x31));
+  // Lane L of q[r]: 2 partial maxima of m[4r + L], then 2 of m[4r + 2 + L].
+  for (int r = 0; r < 2; ++r)
+    q[r] = _mm256_max_epu32(_mm256_unpacklo_epi64(p[2 * r], p[2 * r + 1]), _mm256_unpackhi_epi64(p[2 * r], p[2 * r + 1]));
+  // Lane L, dword k: the maximum of m[2k + L]; the permutation puts it at position 2k + L.
+  const __m256 a = _mm256_castsi256_ps(q[0]), b = _mm256_castsi256_ps(q[1]);
+  const __m256i e = _mm256_max_epu32(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)),
+                                     _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xdd)));
+  return _mm256_permutevar8x32_epi32(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 // 8 codes of 4 bits (one per 32-bit lane, each at most 0xf) packed LSB-first: the odd element's code

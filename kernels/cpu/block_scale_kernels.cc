@@ -386,6 +386,54 @@ static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, _
   return _mm256_and_si256(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi)), _mm256_set1_epi32(0xf));
 }
 
+// int4 with its standard 64-value blocks, 8 blocks (512 values) per step, as the AVX-512 group encoder does
+// 16: the maxima by one transposing reduction (after a maximum of each block's eight vectors), the 8 scales
+// by blockScaleFor's rules in one register (one division for the 8; its raise by ulps never applies with 7,
+// block_scale_kernels_avx512.cc), the codes of each block with the scale broadcast from a stored lane.
+// Stops before a last partial group or a group whose maximum is not finite (left to the loop below, which
+// finds the first NaN/Inf); returns the values encoded.
+template <bool kStochastic>
+static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* uniforms, float* scales, uint8_t* packed) {
+  constexpr size_t kBlock = 64, kGroupValues = kBlock * 8;
+  const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f), seven = _mm256_set1_ps(7.0f);
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), maxFinite = _mm256_set1_epi32(0x7f7fffff);
+  const auto magnitude = [&](const float* p) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), absMask);
+  };
+  size_t g = 0;
+  for (; g + kGroupValues <= n; g += kGroupValues) {
+    const float* xg = x + g;
+    __m256i m[8];
+    for (int j = 0; j < 8; ++j) {
+      const float* b = xg + kBlock * j;
+      // The first read of x streams from memory: each line 4 KiB ahead (stochastic rounding asks for the
+      // next tile while it draws the uniforms).
+      if constexpr (!kStochastic) prefetchFloats(x, g + kBlock * j + 1024, g + kBlock * j + 1088, PrefetchInto::L1);
+      __m256i a[8];
+      for (int k = 0; k < 8; ++k) a[k] = magnitude(b + 8 * k);
+      m[j] = _mm256_max_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3])),
+                              _mm256_max_epu32(_mm256_max_epu32(a[4], a[5]), _mm256_max_epu32(a[6], a[7])));
+    }
+    const __m256i amaxBits = laneMaxima8(m);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amaxBits, maxFinite)))) break;
+    // blockScaleFor: 7 / amax correctly rounded; a quotient that overflows -> FLT_MAX; amax 0 -> 1.
+    __m256 s = _mm256_div_ps(seven, _mm256_castsi256_ps(amaxBits));
+    s = _mm256_blendv_ps(s, _mm256_set1_ps(FLT_MAX),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7f800000))));
+    s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_cmpeq_epi32(amaxBits, _mm256_setzero_si256())));
+    _mm256_storeu_ps(scales + g / kBlock, s);
+    for (size_t j = 0; j < 8; ++j) {
+      const __m256 vScale = _mm256_set1_ps(scales[g / kBlock + j]);
+      for (size_t i = g + kBlock * j; i < g + kBlock * (j + 1); i += 16) {
+        const __m256i c0 = int4Codes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi);
+        const __m256i c1 = int4Codes<kStochastic>(x + i + 8, kStochastic ? uniforms + i + 8 : nullptr, vScale, lo, hi);
+        storeNibbles16(c0, c1, packed + i / 2);
+      }
+    }
+  }
+  return g;
+}
+
 // encodeInt4Blocks for blocks of a multiple of 8 values, fused: codes go straight from registers to the
 // packed payload (the portable path writes an int8 code per value to a scratch array, masks it and packs
 // it in two more passes over memory). As the AVX-512 kernel, 16 blocks at a time in three phases (maxima,
@@ -442,11 +490,25 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
   size_t offset = 0;  // of x within the caller's x: where the AVX2 blocks stopped
 #ifdef GRADCOMP_HAVE_AVX2
   if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
-    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed, firstBad)
-                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed, firstBad);
+    // The standard 64-value blocks through the group encoder first.
+    if (blockSize == 64) {
+      const size_t grouped = uniforms ? encodeInt4GroupsAvx2<true>(x, n, uniforms, scales, packed)
+                                      : encodeInt4GroupsAvx2<false>(x, n, nullptr, scales, packed);
+      offset = grouped;
+      x += grouped;
+      n -= grouped;
+      scales += grouped / blockSize;
+      packed += grouped / 2;
+      if (uniforms) uniforms += grouped;
+    }
+    // (A NaN/Inf it finds is reported relative to the x it was given.)
+    uint64_t bad = ~uint64_t{0};
+    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed, firstBad ? &bad : nullptr)
+                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed, firstBad ? &bad : nullptr);
+    if (bad != ~uint64_t{0}) *firstBad = offset + bad;
     if (done == n) return;
     // The short last block (done is a multiple of 8, so its first value starts a byte).
-    offset = done;
+    offset += done;
     x += done;
     n -= done;
     scales += done / blockSize;

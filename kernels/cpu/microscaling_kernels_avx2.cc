@@ -187,24 +187,6 @@ BlocksEncoded encodeBlocks(const float* x, size_t n, size_t blockSize, const Ele
 
 // ---------------------------------------------------------------- NVFP4's 16-element blocks
 
-// The largest lane of each of 8 vectors, lane j of the result from m[j]: a transposing reduction (7
-// maxima and 14 shuffles for 8 blocks, where a horizontal maximum per block takes 6 steps).
-inline __m256i laneMaxima8(const __m256i* m) {
-  __m256i p[4], q[2];
-  // 128-bit lane 0 of p[k]: 4 partial maxima of m[2k]; lane 1: of m[2k + 1].
-  for (int k = 0; k < 4; ++k)
-    p[k] = _mm256_max_epu32(_mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x20),
-                            _mm256_permute2x128_si256(m[2 * k], m[2 * k + 1], 0x31));
-  // Lane L of q[r]: 2 partial maxima of m[4r + L], then 2 of m[4r + 2 + L].
-  for (int r = 0; r < 2; ++r)
-    q[r] = _mm256_max_epu32(_mm256_unpacklo_epi64(p[2 * r], p[2 * r + 1]), _mm256_unpackhi_epi64(p[2 * r], p[2 * r + 1]));
-  // Lane L, dword k: the maximum of m[2k + L]; the permutation puts it at position 2k + L.
-  const __m256 a = _mm256_castsi256_ps(q[0]), b = _mm256_castsi256_ps(q[1]);
-  const __m256i e = _mm256_max_epu32(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)),
-                                     _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xdd)));
-  return _mm256_permutevar8x32_epi32(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 // E2M1 codes of 8 magnitudes a (fp32 bits) with the signs of xb: elementCodes with E2M1's shifts as
 // immediates (22: its mantissa's 1 bit) and, as its largest value 6 tops its top binade, the final
 // minimum as the whole saturation (which the caller counts per block).
