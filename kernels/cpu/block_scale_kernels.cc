@@ -364,7 +364,9 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
       const __m256i qi = _mm256_cvtps_epi32(q);
       const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
-      if (residual) _mm256_storeu_ps(residual + i0, _mm256_sub_ps(v, _mm256_mul_ps(q, vInv)));
+      // The code's value as the decoder forms it (an int8 code converted: +0 for code 0, where q is -0
+      // for a -0 or small negative x, and x - (-0) would give +0 where the definition gives x - (+0)).
+      if (residual) _mm256_storeu_ps(residual + i0, _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vInv)));
     }
   }
 #endif

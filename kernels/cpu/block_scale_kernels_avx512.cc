@@ -144,31 +144,32 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512 scaled = _mm512_mul_ps(v, vScale);
-    __m512 q = uniforms ? _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)),
-                                               _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                        : _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
-    // Integral and within +-127: the conversion is exact, the signed narrowing never saturates.
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q)));
-    // q is the code's exact value, so q x inv is the decoder's product (two roundings, no FMA).
-    if (residual) _mm512_storeu_ps(residual + i, _mm512_sub_ps(v, _mm512_mul_ps(q, vInv)));
+    // Clamped first, then rounded by the conversion's own rounding (floor(x s + u), or to nearest even):
+    // a clamp to integer bounds commutes with either rounding, and a vrndscaleps is two micro-ops.
+    const __m512 clamped =
+        _mm512_min_ps(_mm512_max_ps(uniforms ? _mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)) : scaled, lo), hi);
+    const __m512i q = uniforms ? _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                               : _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // Within +-127: the signed narrowing never saturates.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(q));
+    // The code's exact value x inv is the decoder's product (two roundings, no FMA).
+    if (residual) _mm512_storeu_ps(residual + i, _mm512_sub_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vInv)));
   }
   return i;
 }
 
 namespace {
 
-// 16 values' int4 codes as bytes of packed nibbles (8 bytes): x x scale rounded (to nearest even by the
-// conversion itself, the clamp first: a clamp to integer bounds commutes with rounding to nearest; or
-// floor(x s + u)), clamped to +-7, two's complement in 4 bits; in each 64-bit lane the odd element's
+// 16 values' int4 codes as bytes of packed nibbles (8 bytes): x x scale (+ u) clamped to +-7, then rounded
+// by the conversion itself (to nearest even, or down: a clamp to integer bounds commutes with either), two's complement in 4 bits; in each 64-bit lane the odd element's
 // nibble (bits 32..35) moves beside the even one's (bits 4..7) and vpmovqb keeps each lane's low byte.
 template <bool kStochastic>
 GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
-  const __m512 q = kStochastic ? _mm512_roundscale_ps(_mm512_add_ps(scaled, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                               : scaled;
-  __m512i c = _mm512_and_si512(
-      _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-7.0f)), _mm512_set1_ps(7.0f))),
-      _mm512_set1_epi32(0xf));
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(kStochastic ? _mm512_add_ps(scaled, u) : scaled, _mm512_set1_ps(-7.0f)),
+                                       _mm512_set1_ps(7.0f));
+  const __m512i q = kStochastic ? _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                : _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512i c = _mm512_and_si512(q, _mm512_set1_epi32(0xf));
   c = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
   return _mm512_cvtepi64_epi8(c);
 }
@@ -240,8 +241,6 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
     packed += done / 2;
     if (uniforms) uniforms += done;
   }
-  const __m512 lo = _mm512_set1_ps(-7.0f), hi = _mm512_set1_ps(7.0f);
-  const __m512i nibble = _mm512_set1_epi32(0xf);
   // 16 blocks at a time in three phases (maxima, scales, codes), so one block's dependent chain (a
   // horizontal maximum, a scalar division, a broadcast) overlaps the next blocks' work.
   constexpr size_t kGroup = 16;
@@ -265,15 +264,8 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
         const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
         // The lanes past the tensor's end load 0 and give the code 0: the zero high nibble of a last odd byte.
         const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + i), vScale);
-        __m512 q = uniforms ? _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_maskz_loadu_ps(lanes, uniforms + i)),
-                                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                            : _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
-        // Two's complement in 4 bits; in each 64-bit lane the odd element's nibble (bits 32..35) moves to
-        // bits 4..7 beside the even one's, and vpmovqb keeps each lane's low byte.
-        __m512i c = _mm512_and_si512(_mm512_cvtps_epi32(q), nibble);
-        c = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
-        const __m128i bytes = _mm512_cvtepi64_epi8(c);
+        const __m128i bytes = uniforms ? int4Nibbles<true>(scaled, _mm512_maskz_loadu_ps(lanes, uniforms + i))
+                                       : int4Nibbles<false>(scaled, _mm512_setzero_ps());
         if (m == 16) {
           _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), bytes);
         } else {

@@ -23,12 +23,14 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
     const __m512 v = _mm512_loadu_ps(x + i);
     // level = min(floor(fl(|x| inv) + u), s), the two roundings of the scalar rule
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absMask)), vInv);
-    __m512 level = _mm512_roundscale_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    level = _mm512_min_ps(level, vS);
+    // The minimum first, then the floor by the conversion's own rounding (min(floor(a), s) = floor(min(a, s))
+    // for an integral s; a vrndscaleps is two micro-ops).
+    const __m512i level = _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)), vS),
+                                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     // The sign bit only for a nonzero level of a negative x (-0.0 has level 0).
-    const __mmask16 negative = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ) & _mm512_cmp_ps_mask(level, zero, _CMP_GT_OQ);
-    const __m512i code = _mm512_mask_or_epi32(_mm512_cvttps_epi32(level), negative, _mm512_cvttps_epi32(level), signCode);
+    const __mmask16 negative =
+        _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ) & _mm512_cmpgt_epi32_mask(level, _mm512_setzero_si512());
+    const __m512i code = _mm512_mask_or_epi32(level, negative, level, signCode);
     if (bits == 8) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i), _mm512_cvtepi32_epi8(code));
     } else {  // 4: element 2j + 1's nibble beside element 2j's, then one byte per 64-bit lane

@@ -220,6 +220,56 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
   EXPECT_EQ(differing, x.size() - 4096);
 }
 
+// int8's block encoder (nearest and stochastic rounding, with and without the residual) on every path
+// against the scalar reference, bit for bit: codes, scale, residual and the non-finite report, at block
+// lengths on both sides of the AVX-512 kernel's 128 and of every vector tail.
+TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 300; n += 7) lengths.push_back(n);
+  for (const size_t n : {127, 128, 129, 256, 1000, 4096}) lengths.push_back(n);
+  size_t compared = 0;
+  for (const size_t n : lengths)
+    for (const bool stochastic : {false, true})
+      for (const bool withResidual : {false, true})
+        for (const bool nonFinite : {false, true}) {
+          if (nonFinite && n == 0) continue;
+          SCOPED_TRACE(::testing::Message() << "n " << n << " stochastic " << stochastic << " residual " << withResidual
+                                            << " nonFinite " << nonFinite);
+          const auto x = inputs(n, n * 7 + stochastic, nonFinite);
+          std::vector<float> u(n);
+          fillUniforms(scalar::RngStream::make(3, 0, 1, 2), 0, n, u.data());
+          struct Result {
+            std::vector<int8_t> codes;
+            std::vector<uint32_t> residual;
+            uint32_t scale = 0;
+            bool nonFinite = false;
+            bool operator==(const Result&) const = default;
+          };
+          const auto encode = [&](CpuPath path) {
+            setCpuPath(path);
+            Result r;
+            r.codes.assign(n, 0);
+            std::vector<float> residual(n, -1.0f);
+            r.scale = std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, stochastic ? u.data() : nullptr, r.codes.data(),
+                                                              &r.nonFinite, withResidual ? residual.data() : nullptr));
+            if (r.nonFinite) return Result{{}, {}, 0, true};  // the codes are then unspecified
+            for (const float v : residual) r.residual.push_back(std::bit_cast<uint32_t>(v));
+            return r;
+          };
+          const Result want = encode(CpuPath::Scalar);
+          ASSERT_EQ(want.nonFinite, nonFinite);
+          const Result got = encode(GetParam());
+          ASSERT_EQ(got.nonFinite, want.nonFinite);
+          ASSERT_EQ(got.scale, want.scale);
+          ASSERT_EQ(got.codes, want.codes);
+          for (size_t i = 0; i < got.residual.size(); ++i)
+            ASSERT_EQ(got.residual[i], want.residual[i]) << "residual " << i << " x " << x[i];
+          ++compared;
+        }
+  std::printf("int8 blocks (nearest, stochastic, residual): %zu cases on the %s path equal the scalar reference\n",
+              compared, cpuPathName(GetParam()));
+}
+
 // The MX and NVFP4 encoders with error feedback's residual (on AVX-512 the codes are decoded in
 // registers): the same payload as the plain encode, and residual = x - the packed decoder's value, bit for
 // bit, on every path; NVFP4 with the three tensor scales above (saturating blocks, and zero-factor blocks
