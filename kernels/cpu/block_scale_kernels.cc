@@ -632,10 +632,11 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
     constexpr int K = decltype(batches)::value;
     constexpr size_t kStep = 32 * K * kFields;
     for (; i + kStep <= n; i += kStep) {
-      prefetch(i, kStep);
       philox8InOrder<K>(stream, (first + i) / kPerBlock, words);
       const auto* fields = reinterpret_cast<const uint8_t*>(words);
       for (size_t j = 0; j < kStep; j += 8) {
+        // One line per two vectors, not the step's lines in one burst (as the AVX-512 loop asks).
+        if (j % 16 == 0) prefetch(i + j, 16);
         const __m128i raw = kRoundingBits == 16
                                 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
                                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
