@@ -161,8 +161,9 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
 namespace {
 
 // 16 values' int4 codes as bytes of packed nibbles (8 bytes): x x scale (+ u) clamped to +-7, then rounded
-// by the conversion itself (to nearest even, or down: a clamp to integer bounds commutes with either), two's complement in 4 bits; in each 64-bit lane the odd element's
-// nibble (bits 32..35) moves beside the even one's (bits 4..7) and vpmovqb keeps each lane's low byte.
+// by the conversion itself (to nearest even, or down: a clamp to integer bounds commutes with either), two's
+// complement in 4 bits; in each 64-bit lane the odd element's nibble (bits 32..35) moves beside the even
+// one's (bits 4..7) and vpmovqb keeps each lane's low byte.
 template <bool kStochastic>
 GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
   const __m512 clamped = _mm512_min_ps(_mm512_max_ps(kStochastic ? _mm512_add_ps(scaled, u) : scaled, _mm512_set1_ps(-7.0f)),
@@ -175,10 +176,10 @@ GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
 }
 
 // int4 with its standard 64-value blocks, 16 blocks (1024 values, a codec tile) per step: the maxima by
-// one transposing reduction (after a maximum of each block's four vectors), the 16 scales by blockScaleFor's
-// rules in one register (one division for the 16), the codes of each block from its four vectors with the
-// scale broadcast from a stored lane. Per block, the loop below paid a horizontal maximum and
-// two scalar divisions. Stops before a last partial group; returns the elements encoded.
+// one transposing reduction (after a maximum of each block's four vectors), the 16 scales by
+// blockScaleFor's rules in one register (one division for the 16), the codes of each block from its four
+// vectors with the scale broadcast from a stored lane. Per block, the loop below paid a horizontal maximum
+// and two scalar divisions. Stops before a last partial group; returns the elements encoded.
 template <bool kStochastic>
 GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* uniforms, float* scales,
                                         uint8_t* packed) {
