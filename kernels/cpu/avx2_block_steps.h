@@ -29,6 +29,16 @@ inline uint32_t blockMaxAbsBitsAvx2(const float* x, size_t len) {
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
 }
 
+// Lane by lane, the largest |x| bits over len values (len a multiple of 8): lane l holds the maximum of
+// x[l], x[8 + l], ... A block's maximum before the group encoders' transposing reduction (laneMaxima8).
+inline __m256i laneMaxAbsBits(const float* x, size_t len) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t i = 0; i < len; i += 8)
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
+  return acc;
+}
+
 // The largest lane of each of 8 vectors, lane j of the result from m[j]: a transposing reduction (7
 // maxima and 14 shuffles for 8 blocks, where a horizontal maximum per block takes 6 steps).
 inline __m256i laneMaxima8(const __m256i* m) {

@@ -398,10 +398,7 @@ template <bool kStochastic>
 static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* uniforms, float* scales, uint8_t* packed) {
   constexpr size_t kBlock = 64, kGroupValues = kBlock * 8;
   const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f), seven = _mm256_set1_ps(7.0f);
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), maxFinite = _mm256_set1_epi32(0x7f7fffff);
-  const auto magnitude = [&](const float* p) {
-    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), absMask);
-  };
+  const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff);
   size_t g = 0;
   for (; g + kGroupValues <= n; g += kGroupValues) {
     const float* xg = x + g;
@@ -411,10 +408,7 @@ static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* unifor
       // The first read of x streams from memory: each line 4 KiB ahead (stochastic rounding asks for the
       // next tile while it draws the uniforms).
       if constexpr (!kStochastic) prefetchFloats(x, g + kBlock * j + 1024, g + kBlock * j + 1088, PrefetchInto::L1);
-      __m256i a[8];
-      for (int k = 0; k < 8; ++k) a[k] = magnitude(b + 8 * k);
-      m[j] = _mm256_max_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3])),
-                              _mm256_max_epu32(_mm256_max_epu32(a[4], a[5]), _mm256_max_epu32(a[6], a[7])));
+      m[j] = laneMaxAbsBits(b, kBlock);
     }
     const __m256i amaxBits = laneMaxima8(m);
     if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amaxBits, maxFinite)))) break;

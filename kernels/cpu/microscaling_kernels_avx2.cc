@@ -290,18 +290,11 @@ size_t encodeMxGroups(const float* x, size_t n, const ElementSpec& s, uint8_t* p
   const ElementLanes l = lanesFor(s);
   const __m256i emax = _mm256_set1_epi32(s.emax), inverseBias = _mm256_set1_epi32(254);
   const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff), atOverflow = _mm256_sub_epi32(l.overflow, l.one);
-  const auto magnitude = [&](const float* p) {
-    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), l.absMask);
-  };
   size_t g = 0;
   for (; g + kGroupValues <= n; g += kGroupValues) {
     const float* xg = x + g;
     __m256i m[8];
-    for (int j = 0; j < 8; ++j) {
-      const float* b = xg + kBlock * j;
-      m[j] = _mm256_max_epu32(_mm256_max_epu32(magnitude(b), magnitude(b + 8)),
-                              _mm256_max_epu32(magnitude(b + 16), magnitude(b + 24)));
-    }
+    for (int j = 0; j < 8; ++j) m[j] = laneMaxAbsBits(xg + kBlock * j, kBlock);
     const __m256i amax = laneMaxima8(m);
     if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) break;
     // mxSharedScaleCode: floor(log2 amax) - emax + 127 clamped at 0 is the exponent field less emax for a
