@@ -348,24 +348,21 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   const float scale = blockScale(amax, top);
 #ifdef GRADCOMP_HAVE_AVX2
   if (activeCpuPath() >= CpuPath::Avx2) {
-    // nearbyint == round to nearest even under the default rounding mode; stochastic: floor(x s + u),
-    // the same two roundings as the scalar loop; clamp; pack with signed saturation (values are already
-    // within +-maxCode).
+    // The scalar loop's roundings: stochastic floor(x s + u), then the clamp; nearest: the clamp first,
+    // then the conversion's own rounding (to nearest even under the default rounding mode, as nearbyint:
+    // a clamp to integer bounds commutes with it, and vroundps is two micro-ops on Intel cores). Packed
+    // with signed saturation (the values are already within +-maxCode).
     const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
     const __m256 vInv = _mm256_set1_ps(1.0f / scale);
     for (; i0 + 8 <= n; i0 += 8) {
       const __m256 v = _mm256_loadu_ps(x + i0);
       const __m256 scaled = _mm256_mul_ps(v, vScale);
-      // Nearest without a residual: clamped, then rounded by the conversion (as int4Codes).
-      __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i0)))
-                 : residual ? _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                            : scaled;
-      q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
-      const __m256i qi = _mm256_cvtps_epi32(q);
+      const __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i0))) : scaled;
+      const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi));
       const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
-      // The code's value as the decoder forms it (an int8 code converted: +0 for code 0, where q is -0
-      // for a -0 or small negative x, and x - (-0) would give +0 where the definition gives x - (+0)).
+      // The code's value as the decoder forms it, from the integer code (+0 for code 0: the rounded float
+      // is -0 for x = -0, and x - (-0) is +0 where the definition's x - (+0) is -0).
       if (residual) _mm256_storeu_ps(residual + i0, _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vInv)));
     }
   }

@@ -152,7 +152,8 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
                                : _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     // Within +-127: the signed narrowing never saturates.
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(q));
-    // The code's exact value x inv is the decoder's product (two roundings, no FMA).
+    // The code's value (from the integer code: +0 for code 0, where the rounded float is -0 for x = -0)
+    // x inv is the decoder's product (two roundings, no FMA).
     if (residual) _mm512_storeu_ps(residual + i, _mm512_sub_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vInv)));
   }
   return i;

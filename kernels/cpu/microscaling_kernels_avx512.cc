@@ -42,8 +42,8 @@ GRADCOMP_AVX512 ElementLanes lanesFor(const ElementSpec& s) {
   return l;
 }
 
-// The codes of 16 scaled values (one per 32-bit lane) and, in sat, the lanes at or past the overflow
-// midpoint (masked to `valid`).
+// The codes of 16 scaled values (one per 32-bit lane); saturatedLanes counts the lanes at or past the
+// overflow midpoint.
 GRADCOMP_AVX512 inline __m512i elementCodesUncounted(__m512 v, const ElementLanes& l) {
   const __m512i xb = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(xb, l.absMask);
@@ -401,7 +401,10 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
     // fl(a x r) is within 2 ulps of fl(a / f) (r and the product each round once, 2^-24 each), so both
     // are then inside the same quarter and neither is its start. A vector with a lane nearer a start (about
     // 7 in 2^21 of random values) is divided, and so is a group where some 1 / f is not finite (a factor
-    // below 2^-128). vdivps bounded the encoder on Intel cores (16 lanes per 10 cycles, about a fifth of
+    // at or near 2^-128). Products below 0.2 are tested as 0.2 (far from a start): there both values
+    // round to code 0 (below 0.25, whose tie goes to 0 too), and exact zeros, which sit at a start, would
+    // otherwise send every vector of a sparse gradient to the divider (a masked compare instead of the
+    // maximum cost 6 % of the dense encode). vdivps bounded the encoder on Intel cores (16 lanes per 10 cycles, about a fifth of
     // its time on the Xeon of 2026-12-04); a quotient corrected by two FMAs measured slower than vdivps
     // on Zen 4.
     const __m512 reciprocals = _mm512_div_ps(_mm512_set1_ps(1.0f), divisors);
@@ -409,11 +412,13 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
     alignas(64) float r[16];
     _mm512_store_ps(r, reciprocals);
     const __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff);
+    const __m512i codeZeroFloor = _mm512_castps_si512(_mm512_set1_ps(0.2f));
     const auto quotient = [&](int j) GRADCOMP_AVX512_LAMBDA {
       const __m512 magnitude = _mm512_castsi512_ps(a[j]);
       if (reciprocalsFinite) {
         const __m512 product = _mm512_mul_ps(magnitude, _mm512_set1_ps(r[j]));
-        const __m512i offset = _mm512_and_si512(_mm512_add_epi32(_mm512_castps_si512(product), nearStart), quarter);
+        const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(product), codeZeroFloor);
+        const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, nearStart), quarter);
         if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6))) return _mm512_castps_si512(product);
       }
       return _mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(f[j])));
