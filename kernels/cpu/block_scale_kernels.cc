@@ -587,27 +587,33 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
   }
 #if defined(__AVX512F__)
   {
-    // 32 Philox calls per step (128 words, 128 * kFields elements), widened 16 at a time.
-    constexpr size_t kStep = 128 * kFields;
+    // K x 16 Philox calls per step (64 K words, 64 K kFields elements), widened 16 at a time: four batches
+    // while a whole step fits (philoxRounds: four keep its rounds busy), then two for what is left.
     // (k + 1/2) 2^-b as one fused k 2^-b + 2^-(b+1): every step is exact (k < 2^16), so the fused and the
     // two rounded operations give the same float, in one instruction.
     const __m512 unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
     const __m512 halfUnit = _mm512_set1_ps(0.5f / static_cast<float>(1u << kRoundingBits));
-    alignas(64) uint32_t words[128];
-    for (; i + kStep <= n; i += kStep) {
-      philox32InOrder(stream, (first + i) / kPerBlock, words);
-      const auto* fields = reinterpret_cast<const uint8_t*>(words);
-      for (size_t j = 0; j < kStep; j += 16) {
-        // One line per vector, not the step's 16 in one burst before the Philox rounds: on the Xeon of
-        // 2026-12-04 the burst stalled on the line fill buffers (7.5 % of int8 stochastic's samples).
-        prefetch(i + j, 16);
-        const __m512i k =
-            kRoundingBits == 16
-                ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)))
-                : _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
-        _mm512_storeu_ps(u + i + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), unit, halfUnit));
+    alignas(64) uint32_t words[256];
+    const auto vectorSteps = [&](auto batches) {
+      constexpr int K = decltype(batches)::value;
+      constexpr size_t kStep = 64 * K * kFields;
+      for (; i + kStep <= n; i += kStep) {
+        philox16InOrder<K>(stream, (first + i) / kPerBlock, words);
+        const auto* fields = reinterpret_cast<const uint8_t*>(words);
+        for (size_t j = 0; j < kStep; j += 16) {
+          // One line per vector, not the step's 16 in one burst before the Philox rounds: on the Xeon of
+          // 2026-12-04 the burst stalled on the line fill buffers (7.5 % of int8 stochastic's samples).
+          prefetch(i + j, 16);
+          const __m512i k =
+              kRoundingBits == 16
+                  ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)))
+                  : _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
+          _mm512_storeu_ps(u + i + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), unit, halfUnit));
+        }
       }
-    }
+    };
+    vectorSteps(std::integral_constant<int, 4>{});
+    vectorSteps(std::integral_constant<int, 2>{});
   }
 #endif
 #ifdef GRADCOMP_HAVE_AVX2

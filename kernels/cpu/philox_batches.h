@@ -114,8 +114,9 @@ inline Philox16 philox16Counters(const scalar::RngStream& s, uint64_t block) {
 }
 
 // K batches of 16 lanes through the ten rounds side by side: a round is a chain of dependent steps
-// (multiply, swap, xor), and one batch alone left the multiplier idle between them (two batches: 3.1
-// against 3.8 ms per 16M elements here).
+// (multiply, swap, xor, about 8 cycles), and one batch alone left the multiplier idle between them (two
+// batches: 3.1 against 3.8 ms per 16M elements here; four against two: 3.9-4.1 against 4.5-4.8 ms per
+// 2M calls on the Xeon of 2026-12-04, where a round of two batches still waited on its chain; six spill).
 template <int K>
 inline void philoxRounds(const scalar::RngStream& s, Philox16 (&c)[K]) {
   const __m512i m0 = _mm512_set1_epi32(static_cast<int32_t>(0xD2511F53u));
@@ -153,22 +154,24 @@ inline void storeInOrder(const Philox16& c, uint32_t out[64]) {
   _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(b01, b23, _MM_SHUFFLE(3, 1, 3, 1)));  // lanes 12-15
 }
 
-// Philox calls block .. block + 32 (two batches of 16 lanes), their 128 words in stream order.
-inline void philox32InOrder(const scalar::RngStream& s, uint64_t block, uint32_t out[128]) {
-  Philox16 c[2] = {philox16Counters(s, block), philox16Counters(s, block + 16)};
+// Philox calls block .. block + 16K (K batches of 16 lanes), their 64K words in stream order.
+template <int K>
+inline void philox16InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out) {
+  Philox16 c[K];
+  for (int b = 0; b < K; ++b) c[b] = philox16Counters(s, block + 16 * static_cast<uint64_t>(b));
   philoxRounds(s, c);
-  storeInOrder(c[0], out);
-  storeInOrder(c[1], out + 64);
+  for (int b = 0; b < K; ++b) storeInOrder(c[b], out + 64 * b);
 }
 
 #endif
 
 // The words of Philox calls block .. block + calls, in stream order (out[4c + w]: word w of call c), 32
-// calls at a time on the widest vector path compiled in, the rest one by one.
+// calls at a time on the widest vector path compiled in (64 at a time first on AVX-512), the rest one by one.
 inline void philoxWordsInOrder(const scalar::RngStream& s, uint64_t block, size_t calls, uint32_t* out) {
   size_t c = 0;
 #if defined(__AVX512F__)
-  for (; c + 32 <= calls; c += 32) philox32InOrder(s, block + c, out + 4 * c);
+  for (; c + 64 <= calls; c += 64) philox16InOrder<4>(s, block + c, out + 4 * c);
+  for (; c + 32 <= calls; c += 32) philox16InOrder<2>(s, block + c, out + 4 * c);
 #elif defined(__AVX2__)
   for (; c + 32 <= calls; c += 32) philox8InOrder<4>(s, block + c, out + 4 * c);
 #endif

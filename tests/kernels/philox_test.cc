@@ -1,3 +1,7 @@
+// First, as the kernels' AVX-512 files do: philox_batches.h's intrinsics are inlined into this file, and
+// GCC 12 flags its own headers' pass-through operands wherever they are (avx512_intrinsics.h says why).
+#include "kernels/cpu/avx512_intrinsics.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +11,7 @@
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
+#include "kernels/cpu/philox_batches.h"
 #include "kernels/scalar/feistel_permutation.h"
 #include "kernels/scalar/philox.h"
 
@@ -45,13 +50,29 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
 
 TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
   // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length:
-  // lengths around the AVX2 path's 4-batch step (256 values) and its single-batch step (64).
+  // lengths around the AVX2 path's 4-batch step (256 values) and its single-batch step (64), and around
+  // the AVX-512 path's 4-batch step (512) and its 2-batch step (256).
   for (uint64_t first : std::vector<uint64_t>{0, 3, 8, 8 * uint64_t{0xfffffff0} + 1, 8 * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
-    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 255ul, 256ul, 257ul, 1000ul, 2049ul}) {
+    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 255ul, 256ul, 257ul, 511ul, 512ul, 513ul, 767ul, 768ul, 769ul, 1000ul, 2049ul}) {
       const auto s = RngStream::make(123456789ull, 3, 17, 5);
       std::vector<float> u(n);
       cpu::fillUniforms(s, first, n, u.data());
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], roundingUniform(s, first + i)) << first << " + " << i;
+    }
+  }
+}
+
+TEST(Philox, VectorizedWordsEqualTheScalarCalls) {
+  // philoxWordsInOrder (the rotation's signs) against RngStream::block call by call: counts around the
+  // AVX-512 path's 64- and 32-call steps and the AVX2 path's 32, from blocks that cross a 2^32 carry.
+  const auto s = RngStream::make(987654321ull, 1, 4, 9);
+  for (uint64_t block : std::vector<uint64_t>{0, 5, uint64_t{0xffffffe0}, uint64_t{0xfffffffb}, uint64_t{1} << 40}) {
+    for (size_t calls : {1ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 96ul, 100ul, 128ul, 129ul}) {
+      std::vector<uint32_t> words(4 * calls);
+      cpu::philoxWordsInOrder(s, block, calls, words.data());
+      for (size_t c = 0; c < calls; ++c)
+        for (int w = 0; w < 4; ++w)
+          ASSERT_EQ(words[4 * c + static_cast<size_t>(w)], s.block(block + c).v[w]) << block << " + " << c << " word " << w;
     }
   }
 }
