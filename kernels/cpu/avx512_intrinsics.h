@@ -15,9 +15,9 @@
 #endif
 #include <immintrin.h>
 
-// The ISA the avx512 path of cpu_path.h checks for (F16C and AVX2 come with every AVX-512 CPU; the casts
-// use them).
-#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2")))
+// The ISA the avx512 path of cpu_path.h checks for (F16C, AVX2 and BMI2 come with every AVX-512 CPU; the
+// casts use F16C, terngrad's packing BMI2's pdep).
+#define GRADCOMP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,bmi2")))
 // A lambda's call operator takes its own attribute, after the parameter list: GCC does not inherit the
 // enclosing function's.
 #define GRADCOMP_AVX512_LAMBDA GRADCOMP_AVX512

@@ -14,7 +14,8 @@ bool cpuHasAvx512() {
 #if GRADCOMP_CPU_AVX512_KERNELS
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("bmi2");
 #else
   return false;
 #endif

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/level_kernels_avx512.h"
 #include "kernels/cpu/prefetch.h"
@@ -43,6 +44,9 @@ float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWir
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums) {
   const size_t blocks = (n + blockSize - 1) / blockSize;
   size_t b = 0;
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize % 8 == 0 && activeCpuPath() == CpuPath::Avx512) b = avx512::blockSumSquaresGroups(x, n, blockSize, sums);
+#endif
 #ifdef GRADCOMP_HAVE_AVX2
   // Four blocks at a time, one accumulator each: blockSumSquares's order within every block (so the same
   // bits), four independent addition chains instead of one, which is what bounds the single-block loop
@@ -57,8 +61,13 @@ void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sum
         for (int k = 0; k < 4; ++k) {
           const float* q = p + k * blockSize + i;
           const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
+#if defined(__FMA__)
+          // One rounding either way: the square of an fp32 is exact in double.
+          acc[k] = _mm256_fmadd_pd(hi, hi, _mm256_fmadd_pd(lo, lo, acc[k]));
+#else
           acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
           acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
+#endif
         }
       for (int k = 0; k < 4; ++k) {
         double lane[4];
@@ -212,7 +221,8 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
   if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0) {
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
-      const float maxAbs = blockAmax(x + b0, len);
+      // The maximum on 16 lanes (blockAmax's 8 took a sixth of the encode): the same bits, order-free.
+      const float maxAbs = scalar::bitsToFloat(avx512::maxAbsBits(x + b0, len));
       if (!scalar::isFiniteBits(scalar::floatBits(maxAbs))) return b0 + scalar::firstNonFiniteIndex(x + b0, len);
       maxima[block] = maxAbs;
       const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
