@@ -334,20 +334,34 @@ GRADCOMP_AVX512 E2M1Table e2m1TableFor() {
   return {_mm512_loadu_si512(e), _mm512_loadu_si512(e + 16)};
 }
 
-// E2M1 codes of 16 magnitudes a (fp32 bits, finite), with the sign bits of xb (bit 31 to the code's bit 3).
-GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const E2M1Table& t) {
+// The table entries of 16 magnitudes a (fp32 bits, finite).
+GRADCOMP_AVX512 inline __m512i e2m1Entries(__m512i a, const E2M1Table& t) {
   // The key: the top bits less the base, floored at 0 by the unsigned saturating 16-bit subtraction (the
   // shifted bits fit the low half of each lane), capped at 31.
   const __m512i key = _mm512_min_epu16(
       _mm512_subs_epu16(_mm512_srli_epi32(a, 21), _mm512_set1_epi32(static_cast<int>(kE2M1KeyBase))),
       _mm512_set1_epi32(31));
-  const __m512i entry = _mm512_permutex2var_epi32(t.lo, key, t.hi);
+  return _mm512_permutex2var_epi32(t.lo, key, t.hi);
+}
+
+// Bits 0-2 of code, bit 3 from the sign bit of xb: one ternary-logic select, C ? A : B.
+GRADCOMP_AVX512 inline __m512i withSigns(__m512i code, __m512i xb) {
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(xb, 28), code, _mm512_set1_epi32(8), 0xe4);
+}
+
+// E2M1 codes of 16 magnitudes a (fp32 bits, finite), with the sign bits of xb (bit 31 to the code's bit 3).
+GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const E2M1Table& t) {
+  const __m512i entry = e2m1Entries(a, t);
   // An edge exactly: the mantissa bits below the key's are zero and the entry is flagged.
   const __mmask16 exact = _mm512_testn_epi32_mask(a, _mm512_set1_epi32(0x1fffff));
   const __mmask16 tie = _mm512_mask_test_epi32_mask(exact, entry, _mm512_set1_epi32(8));
-  const __m512i code = _mm512_mask_sub_epi32(entry, tie, entry, _mm512_set1_epi32(1));
-  // Bit 3 from the sign, bits 0-2 from the code: one ternary-logic select, C ? A : B.
-  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(xb, 28), code, _mm512_set1_epi32(8), 0xe4);
+  return withSigns(_mm512_mask_sub_epi32(entry, tie, entry, _mm512_set1_epi32(1)), xb);
+}
+
+// e2m1Codes of magnitudes none of which is a quarter's start (an edge): the entries as they are, their
+// flag bit replaced by the sign.
+GRADCOMP_AVX512 inline __m512i e2m1CodesOffEdges(__m512i a, __m512i xb, const E2M1Table& t) {
+  return withSigns(e2m1Entries(a, t), xb);
 }
 
 // 8 blocks' E2M1 codes (16 per register, values below 16) packed LSB-first, 64 bytes: narrowed to bytes by
@@ -413,15 +427,18 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
     _mm512_store_ps(r, reciprocals);
     const __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff);
     const __m512i codeZeroFloor = _mm512_castps_si512(_mm512_set1_ps(0.2f));
-    const auto quotient = [&](int j) GRADCOMP_AVX512_LAMBDA {
+    // A product's lanes are then none at a start, so its codes skip the tie test (three of the
+    // instructions per vector).
+    const auto codesOf = [&](int j, __m512i xb) GRADCOMP_AVX512_LAMBDA {
       const __m512 magnitude = _mm512_castsi512_ps(a[j]);
       if (reciprocalsFinite) {
         const __m512 product = _mm512_mul_ps(magnitude, _mm512_set1_ps(r[j]));
         const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(product), codeZeroFloor);
         const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, nearStart), quarter);
-        if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6))) return _mm512_castps_si512(product);
+        if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6)))
+          return e2m1CodesOffEdges(_mm512_castps_si512(product), xb, table);
       }
-      return _mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(f[j])));
+      return e2m1Codes(_mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(f[j]))), xb, table);
     };
     for (int half = 0; half < 2; ++half) {
       __m512i c[8];
@@ -432,7 +449,7 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
         // values on Zen 5). Spread over the codes' arithmetic, as the MX encoders ask, not one burst per group.
         if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
         const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
-        c[k] = e2m1Codes(quotient(j), xb, table);
+        c[k] = codesOf(j, xb);
         if constexpr (kResidual) {
           // A zero-factor block's codes are cleared below: its decoded values are +0 (0 x 0), whatever
           // signs these codes carry.
