@@ -1,5 +1,5 @@
 // Steps the AVX-512 block encoders share (microscaling_kernels_avx512.cc's MX / NVFP4 group encoders,
-// block_scale_kernels_avx512.cc's int4 group encoder). Included by AVX-512 implementation files after
+// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes). Included by AVX-512 implementation files after
 // avx512_intrinsics.h (never by a header: see there), whose intrinsics and target attribute it uses.
 #pragma once
 
@@ -31,6 +31,22 @@ GRADCOMP_AVX512 inline __m512i laneMaxima16(const __m512i* a) {
   const __m512i e = _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(p, q, 0x88)),
                                      _mm512_castps_si512(_mm512_shuffle_ps(p, q, 0xdd)));
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e);
+}
+
+// 128 consecutive 4-bit codes (8 vectors of 16, values below 16) packed LSB-first into 64 bytes: narrowed
+// to bytes by in-lane packs (per 128-bit lane 4 codes of each vector), each pair of neighbours to one
+// nibble byte, and a word permutation to the vectors' order. 12 instructions where a pair shift and a
+// vpmovqb per vector took 32.
+GRADCOMP_AVX512 inline void storeNibbles8Vectors(const __m512i* c, uint8_t* out) {
+  const __m512i b0 = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+  const __m512i b1 = _mm512_packus_epi16(_mm512_packus_epi32(c[4], c[5]), _mm512_packus_epi32(c[6], c[7]));
+  const __m512i low = _mm512_set1_epi16(0xff);  // (A | B) & C
+  const __m512i n0 = _mm512_ternarylogic_epi32(b0, _mm512_srli_epi16(b0, 4), low, 0xa8);
+  const __m512i n1 = _mm512_ternarylogic_epi32(b1, _mm512_srli_epi16(b1, 4), low, 0xa8);
+  // Word 8L + k is vector k's lane L (4 codes); it goes to 4k + L.
+  const __m512i order = _mm512_set_epi16(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4, 27, 19, 11, 3, 26,
+                                         18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(order, _mm512_packus_epi16(n0, n1)));
 }
 
 }  // namespace gradcomp::cpu::avx512

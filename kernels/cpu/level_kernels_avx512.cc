@@ -1,10 +1,12 @@
 // The qsgd and terngrad element rules of kernels/scalar/level_codes.h on 16 lanes, and qsgd's sums of
-// squares. qsgd's packing pairs codes within 64-bit lanes (code i+1 shifted down beside code i) and
-// narrows with vpmov*, as the int4 and MX encoders do; terngrad's 2-bit codes come from two masks. The target attribute (not a file-wide flag) keeps the build runnable on CPUs
-// without AVX-512.
+// squares. qsgd's 4-bit codes are packed 128 at a time by in-lane packs (avx512_block_steps.h), a short
+// run's by pairing codes within 64-bit lanes and narrowing with vpmov*; terngrad's 2-bit codes come
+// from two masks. The target attribute (not a file-wide flag) keeps the build runnable on CPUs without
+// AVX-512.
 #include "kernels/cpu/level_kernels_avx512.h"
 
 #include "kernels/cpu/avx512_intrinsics.h"
+#include "kernels/cpu/avx512_block_steps.h"
 #include "kernels/cpu/prefetch.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
@@ -18,8 +20,8 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
   const float s = static_cast<float>((1 << (bits - 1)) - 1);
   const __m512 vInv = _mm512_set1_ps(inv), vS = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff), signCode = _mm512_set1_epi32(1 << (bits - 1));
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  // The codes of x[i .. i + 15], one per 32-bit lane.
+  const auto codes = [&](size_t i) GRADCOMP_AVX512_LAMBDA {
     const __m512 v = _mm512_loadu_ps(x + i);
     // level = min(floor(fl(|x| inv) + u), s), the two roundings of the scalar rule
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absMask)), vInv);
@@ -30,7 +32,17 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
     // The sign bit only for a nonzero level of a negative x (-0.0 has level 0).
     const __mmask16 negative =
         _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ) & _mm512_cmpgt_epi32_mask(level, _mm512_setzero_si512());
-    const __m512i code = _mm512_mask_or_epi32(level, negative, level, signCode);
+    return _mm512_mask_or_epi32(level, negative, level, signCode);
+  };
+  size_t i = 0;
+  if (bits == 4)  // 128 codes to 64 bytes at a time (storeNibbles8Vectors), then 16 at a time as below
+    for (; i + 128 <= n; i += 128) {
+      __m512i c[8];
+      for (int k = 0; k < 8; ++k) c[k] = codes(i + 16 * static_cast<size_t>(k));
+      storeNibbles8Vectors(c, packed + i / 2);
+    }
+  for (; i + 16 <= n; i += 16) {
+    const __m512i code = codes(i);
     if (bits == 8) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i), _mm512_cvtepi32_epi8(code));
     } else {  // 4: element 2j + 1's nibble beside element 2j's, then one byte per 64-bit lane

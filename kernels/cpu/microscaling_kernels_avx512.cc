@@ -364,21 +364,6 @@ GRADCOMP_AVX512 inline __m512i e2m1CodesOffEdges(__m512i a, __m512i xb, const E2
   return withSigns(e2m1Entries(a, t), xb);
 }
 
-// 8 blocks' E2M1 codes (16 per register, values below 16) packed LSB-first, 64 bytes: narrowed to bytes by
-// in-lane packs (per 128-bit lane 4 codes of each block), each pair of neighbours to one nibble byte, and a
-// word permutation to the blocks' order.
-GRADCOMP_AVX512 inline void storeNibbles8Blocks(const __m512i* c, uint8_t* out) {
-  const __m512i b0 = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
-  const __m512i b1 = _mm512_packus_epi16(_mm512_packus_epi32(c[4], c[5]), _mm512_packus_epi32(c[6], c[7]));
-  const __m512i low = _mm512_set1_epi16(0xff);  // (A | B) & C
-  const __m512i n0 = _mm512_ternarylogic_epi32(b0, _mm512_srli_epi16(b0, 4), low, 0xa8);
-  const __m512i n1 = _mm512_ternarylogic_epi32(b1, _mm512_srli_epi16(b1, 4), low, 0xa8);
-  // Word 8L + k is block k's lane L (4 codes); it goes to 4k + L.
-  const __m512i order = _mm512_set_epi16(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4, 27, 19, 11, 3, 26,
-                                         18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(order, _mm512_packus_epi16(n0, n1)));
-}
-
 // NVFP4 with its standard 16-element blocks, 16 blocks (256 elements) per step, unrolled: the maxima by
 // one transposing reduction, the 16 scales in one register, the codes of 8 blocks packed together. Stops
 // before a last partial group or a group whose maximum is not finite; returns the elements encoded.
@@ -458,7 +443,7 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint
           _mm512_storeu_ps(residual + g + 16 * j, _mm512_sub_ps(_mm512_castsi512_ps(xb), decoded));
         }
       }
-      storeNibbles8Blocks(c, packed + g / 2 + 64 * half);
+      storeNibbles8Vectors(c, packed + g / 2 + 64 * half);
     }
     for (__mmask16 z = zero; z; z = static_cast<__mmask16>(z & (z - 1)))
       __builtin_memset(packed + g / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
