@@ -105,14 +105,9 @@ class Int8Codec final : public BlockCodec {
       u = scratchUniforms(count);
       cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, readAhead);
     }
-    for (uint64_t off = 0; off < count; off += h.blockSize) {
-      const uint64_t len = std::min<uint64_t>(h.blockSize, count - off);
-      bool nonFinite = false;
-      scales[(begin + off) / h.blockSize] = cpu::encodeInt8Block(x + off, len, u ? u + off : nullptr, codes + off,
-                                                                 &nonFinite, residual ? residual + off : nullptr);
-      if (nonFinite) return off + firstNonFinite(std::span<const float>(x + off, len));
-    }
-    return EncodeResult::kNoIndex;
+    const uint64_t bad = cpu::encodeInt8Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize, codes, residual);
+    if (bad == count) return EncodeResult::kNoIndex;
+    return bad + firstNonFinite(std::span<const float>(x + bad, std::min<uint64_t>(h.blockSize, count - bad)));
   }
 
   bool stochastic_;

@@ -47,6 +47,13 @@ size_t encodeFp8BlocksChecked(const float* x, size_t n, size_t blockSize, scalar
 // error, bit for bit: code x fl(1 / scale), then the subtraction), from the code still in a register.
 float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite = nullptr,
                       float* residual = nullptr);
+// encodeInt8Block over a tile's blocks (blockSize each, a shorter last one): scales[b] and the codes (and
+// residual when given) of every block before the first holding a NaN/Inf, whose start it returns (n when
+// none). The same bytes as block by block; on the AVX-512 path up to 16 blocks at a time in three phases
+// (maxima, scales, codes), so one block's chain of a horizontal maximum and two divisions overlaps the
+// others' work instead of holding up its own codes.
+size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales, int8_t* codes,
+                        float* residual = nullptr);
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
                               bool* nonFinite = nullptr, float* residual = nullptr);

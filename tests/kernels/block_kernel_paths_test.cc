@@ -276,6 +276,63 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
               compared, cpuPathName(GetParam()));
 }
 
+// int8's tile encoder (encodeInt8Blocks: on AVX-512 up to 16 blocks per phase) against encodeInt8Block
+// block by block on the scalar path: scales, codes and residual bits, for block sizes that take the phased
+// loop (from 128) and ones that do not, tiles of whole groups, a partial group and a short last block,
+// and a NaN/Inf in a block past the first group, whose start it returns with every earlier block encoded.
+TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
+  size_t compared = 0;
+  for (const size_t blockSize : {size_t{256}, size_t{128}, size_t{200}, size_t{64}})
+    for (const size_t n : {blockSize * 16, blockSize * 16 + 1, blockSize * 37 + blockSize / 3, size_t{1000}})
+      for (const bool stochastic : {false, true})
+        for (const bool withResidual : {false, true})
+          for (const bool nonFinite : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "block " << blockSize << " n " << n << " stochastic " << stochastic
+                                              << " residual " << withResidual << " nonFinite " << nonFinite);
+            auto x = inputs(n, n * 5 + blockSize + stochastic, false);
+            const size_t badAt = n - 1 - n / 5;  // past the first group of 16 blocks for the longer tiles
+            if (nonFinite) x[badAt] = stochastic ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
+            std::vector<float> u(n);
+            fillUniforms(scalar::RngStream::make(5, 1, 2, 3), 0, n, u.data());
+            const size_t blocks = (n + blockSize - 1) / blockSize;
+            // Expected: block by block on the scalar path, up to the first non-finite block.
+            setCpuPath(CpuPath::Scalar);
+            std::vector<int8_t> wantCodes(n, 0);
+            std::vector<float> wantScales(blocks, -1.0f), wantResidual(n, -1.0f);
+            size_t wantBad = n;
+            for (size_t b0 = 0; b0 < n && wantBad == n; b0 += blockSize) {
+              bool bad = false;
+              const float scale = encodeInt8Block(x.data() + b0, std::min(blockSize, n - b0), stochastic ? u.data() + b0 : nullptr,
+                                                  wantCodes.data() + b0, &bad, withResidual ? wantResidual.data() + b0 : nullptr);
+              if (bad) {
+                wantBad = b0;
+                std::fill(wantCodes.begin() + static_cast<std::ptrdiff_t>(b0), wantCodes.end(), int8_t{0});
+                std::fill(wantResidual.begin() + static_cast<std::ptrdiff_t>(b0), wantResidual.end(), -1.0f);
+              } else {
+                wantScales[b0 / blockSize] = scale;
+              }
+            }
+            ASSERT_EQ(wantBad == n, !nonFinite);
+            setCpuPath(GetParam());
+            std::vector<int8_t> codes(n, 0);
+            std::vector<float> scales(blocks, -1.0f), residual(n, -1.0f);
+            const size_t bad = encodeInt8Blocks(x.data(), n, blockSize, stochastic ? u.data() : nullptr, scales.data(),
+                                                codes.data(), withResidual ? residual.data() : nullptr);
+            ASSERT_EQ(bad, wantBad);
+            // Past the bad block the codes and residual are unspecified (the codec reports the NaN/Inf).
+            for (size_t i = 0; i < wantBad; ++i) {
+              ASSERT_EQ(codes[i], wantCodes[i]) << "code " << i;
+              ASSERT_EQ(std::bit_cast<uint32_t>(residual[i]), std::bit_cast<uint32_t>(wantResidual[i])) << "residual " << i;
+            }
+            for (size_t b = 0; b < wantBad / blockSize; ++b)
+              ASSERT_EQ(std::bit_cast<uint32_t>(scales[b]), std::bit_cast<uint32_t>(wantScales[b])) << "scale " << b;
+            ++compared;
+          }
+  EXPECT_EQ(compared, 128u);  // 4 block sizes x 4 lengths x 8
+  std::printf("int8 tiles: %zu cases on the %s path equal the block-by-block scalar encode\n", compared,
+              cpuPathName(GetParam()));
+}
+
 // int4's block scales are blockScaleFor(amax, 7) on every path: for block maxima across the top 2^17
 // floats below FLT_MAX (where a scale whose reciprocal x 7 overflows would be raised), subnormals up to
 // 2^-126 every 977th step (where 7 / amax overflows to FLT_MAX), zero (scale 1), and one per binade;
