@@ -1,7 +1,10 @@
 // Steps the AVX-512 block encoders share (microscaling_kernels_avx512.cc's MX / NVFP4 group encoders,
-// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes). Included by AVX-512 implementation files after
-// avx512_intrinsics.h (never by a header: see there), whose intrinsics and target attribute it uses.
+// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes). Included by
+// AVX-512 implementation files after avx512_intrinsics.h (never by a header: see there), whose intrinsics
+// and target attribute it uses.
 #pragma once
+
+#include <cstdint>
 
 #include "kernels/cpu/avx512_build.h"
 

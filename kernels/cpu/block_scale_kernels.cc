@@ -315,6 +315,17 @@ static void finishSymmetricInt(const float* x, size_t n, float scale, float top,
   }
 }
 
+#if GRADCOMP_CPU_AVX512_KERNELS
+// A block's codes (and residual) for its scale on the AVX-512 path: 16 lanes at a time, the scalar rule
+// for the tail.
+static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float top, const float* uniforms,
+                                    int8_t* codes, float* residual) {
+  const size_t i0 = avx512::symmetricIntCodes(x, n, scale, top, uniforms, codes, residual);
+  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
+                     residual ? residual + i0 : nullptr);
+}
+#endif
+
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
                               bool* nonFinite, float* residual) {
   const float top = static_cast<float>(maxCode);
@@ -334,9 +345,7 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
       return 0.0f;
     }
     const float scale = blockScale(bitsToFloat(amaxBits), top);
-    i0 = avx512::symmetricIntCodes(x, n, scale, top, uniforms, codes, residual);
-    finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
-                       residual ? residual + i0 : nullptr);
+    symmetricIntCodesAvx512(x, n, scale, top, uniforms, codes, residual);
     return scale;
   }
 #endif
@@ -569,12 +578,9 @@ size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float*
       while (finite < count && isFiniteBits(maxBits[finite])) ++finite;
       for (size_t j = 0; j < finite; ++j) scales[g0 / blockSize + j] = blockScale(bitsToFloat(maxBits[j]), 127.0f);
       for (size_t j = 0; j < finite; ++j) {
-        const size_t b0 = g0 + j * blockSize, len = lengthOf(j);
-        const float scale = scales[g0 / blockSize + j];
-        const size_t i0 = avx512::symmetricIntCodes(x + b0, len, scale, 127.0f, uniforms ? uniforms + b0 : nullptr,
-                                                    codes + b0, residual ? residual + b0 : nullptr);
-        finishSymmetricInt(x + b0 + i0, len - i0, scale, 127.0f, uniforms ? uniforms + b0 + i0 : nullptr,
-                           codes + b0 + i0, residual ? residual + b0 + i0 : nullptr);
+        const size_t b0 = g0 + j * blockSize;
+        symmetricIntCodesAvx512(x + b0, lengthOf(j), scales[g0 / blockSize + j], 127.0f,
+                                uniforms ? uniforms + b0 : nullptr, codes + b0, residual ? residual + b0 : nullptr);
       }
       if (finite < count) return g0 + finite * blockSize;
     }

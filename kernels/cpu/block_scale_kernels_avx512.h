@@ -33,7 +33,8 @@ size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, c
                          float* residual = nullptr);
 
 // encodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16: each block's amax,
-// scale and nibbles in registers, the nibbles paired within 64-bit lanes and narrowed by vpmovqb.
+// scale and nibbles in registers (the standard 64-value blocks 16 at a time, two blocks' nibbles packed
+// together; other sizes block by block, their nibbles paired within 64-bit lanes and narrowed by vpmovqb).
 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
                       uint8_t* packed);
 // decodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16.

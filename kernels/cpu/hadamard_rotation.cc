@@ -156,7 +156,7 @@ inline float saturatingScale(float v, float scale) {
 }
 
 // D's signs for a run of rotation blocks (bit b of word k: the sign of element 32k + b of the stream):
-// the Philox words of the calls that cover them, made 32 calls at a time on the vector paths (one scalar
+// the Philox words of the calls that cover them, made 64 or 32 calls at a time on the vector paths (one scalar
 // call per 128 elements, per block, took 15% of rotation + int4's encode time on an AVX-512 EPYC). The
 // blocks come in order and the window moves forward to cover each; it stops at `end`, the run's last
 // element, so no call past the run is made but to round up to a batch.

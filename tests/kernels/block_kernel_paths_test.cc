@@ -324,7 +324,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
               ASSERT_EQ(codes[i], wantCodes[i]) << "code " << i;
               ASSERT_EQ(std::bit_cast<uint32_t>(residual[i]), std::bit_cast<uint32_t>(wantResidual[i])) << "residual " << i;
             }
-            for (size_t b = 0; b < wantBad / blockSize; ++b)
+            for (size_t b = 0; b < (wantBad == n ? blocks : wantBad / blockSize); ++b)  // a short last block too
               ASSERT_EQ(std::bit_cast<uint32_t>(scales[b]), std::bit_cast<uint32_t>(wantScales[b])) << "scale " << b;
             ++compared;
           }
@@ -463,7 +463,7 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
             auto x = inputs(n, n * 17 + static_cast<uint64_t>(bits), nonFinite);
             if (moderate)
               for (float& v : x)
-                if (std::fabs(v) > 1e30f) v = v > 0 ? 1.5f : -2.5f;
+                if (std::isfinite(v) && std::fabs(v) > 1e30f) v = v > 0 ? 1.5f : -2.5f;  // the NaN/Inf stays
             const LevelTile want = runLevel(CpuPath::Scalar, bits, x, blockSize);
             const LevelTile got = runLevel(GetParam(), bits, x, blockSize);
             ASSERT_EQ(got.firstBad, want.firstBad);
