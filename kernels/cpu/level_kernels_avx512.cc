@@ -85,6 +85,19 @@ GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, cons
   const __m512 vInv = _mm512_set1_ps(inv);
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
   size_t i = 0;
+  // Two vectors at a time: their masks joined (kunpackw) into 32 bits, so one pair of 64-bit pdeps and one
+  // store serve 32 codes (terngrad encode 7.8-8.3 -> 7.2-7.8 ms per 16M values on the Xeon of
+  // 2026-12-04); the loop below, 16 at a time, is the same rule for a short rest.
+  for (; i + 32 <= n; i += 32) {
+    const __m512i xb0 = _mm512_loadu_si512(x + i), xb1 = _mm512_loadu_si512(x + i + 16);
+    const __m512 s0 = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb0, absMask)), vInv);
+    const __m512 s1 = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb1, absMask)), vInv);
+    const uint64_t keep = _cvtmask32_u32(_mm512_kunpackw(_mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i + 16), s1, _CMP_LT_OQ),
+                                                          _mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), s0, _CMP_LT_OQ)));
+    const uint64_t negative = _cvtmask32_u32(_mm512_kunpackw(_mm512_movepi32_mask(xb1), _mm512_movepi32_mask(xb0)));
+    const uint64_t words = _pdep_u64(keep & ~negative, 0x5555555555555555ull) | _pdep_u64(keep & negative, 0xaaaaaaaaaaaaaaaaull);
+    std::memcpy(packed + i / 4, &words, 8);
+  }
   for (; i + 16 <= n; i += 16) {
     const __m512i xb = _mm512_loadu_si512(x + i);
     // kept with probability |x| / max: u < fl(|x| inv); code 1 for a kept x with a clear sign bit, 2 set
