@@ -184,8 +184,9 @@ GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
 // int4 with its standard 64-value blocks, 16 blocks (1024 values, a codec tile) per step: the maxima by
 // one transposing reduction (after a maximum of each block's four vectors), the 16 scales by
 // blockScaleFor's rules in one register (one division for the 16), the codes of two blocks at a time from
-// their eight vectors with each scale broadcast from a stored lane, packed together. Per block, the loop below paid a horizontal maximum
-// and two scalar divisions. Stops before a last partial group; returns the elements encoded.
+// their eight vectors with each scale broadcast from a stored lane, packed together. Per block, the loop
+// below paid a horizontal maximum and two scalar divisions. Stops before a last partial group; returns the
+// elements encoded.
 template <bool kStochastic>
 GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* uniforms, float* scales,
                                         uint8_t* packed) {

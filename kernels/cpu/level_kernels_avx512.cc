@@ -84,30 +84,33 @@ GRADCOMP_AVX512 size_t blockSumSquaresGroups(const float* x, size_t n, size_t bl
 GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
   const __m512 vInv = _mm512_set1_ps(inv);
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  // The codes of x[i .. i + 15] as two masks: kept (u < fl(|x| inv), probability |x| / max) and negative
+  // (the sign bit). Code 1 is a kept x with a clear sign bit, code 2 one with it set: their bits (2j and
+  // 2j + 1 of the packed word) are interleaved by pdep on the scalar ports. The codes narrowed and paired
+  // in vector lanes took eight more vector micro-ops per 16 values, on the two ports the multiply and the
+  // compare need (with the maxima on 16 lanes, terngrad encode 9.2-10.0 -> 7.8-8.0 ms per 16M values on
+  // the Xeon of 2026-12-04).
+  struct Masks {
+    __mmask16 keep, negative;
+  };
+  const auto masks = [&](size_t i) GRADCOMP_AVX512_LAMBDA {
+    const __m512i xb = _mm512_loadu_si512(x + i);
+    const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), vInv);
+    return Masks{_mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), scaled, _CMP_LT_OQ), _mm512_movepi32_mask(xb)};
+  };
   size_t i = 0;
   // Two vectors at a time: their masks joined (kunpackw) into 32 bits, so one pair of 64-bit pdeps and one
-  // store serve 32 codes (terngrad encode 7.8-8.3 -> 7.2-7.8 ms per 16M values on the Xeon of
-  // 2026-12-04); the loop below, 16 at a time, is the same rule for a short rest.
+  // store serve 32 codes (7.8-8.3 -> 7.2-7.8 ms); a short rest 16 at a time.
   for (; i + 32 <= n; i += 32) {
-    const __m512i xb0 = _mm512_loadu_si512(x + i), xb1 = _mm512_loadu_si512(x + i + 16);
-    const __m512 s0 = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb0, absMask)), vInv);
-    const __m512 s1 = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb1, absMask)), vInv);
-    const uint64_t keep = _cvtmask32_u32(_mm512_kunpackw(_mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i + 16), s1, _CMP_LT_OQ),
-                                                          _mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), s0, _CMP_LT_OQ)));
-    const uint64_t negative = _cvtmask32_u32(_mm512_kunpackw(_mm512_movepi32_mask(xb1), _mm512_movepi32_mask(xb0)));
+    const Masks m0 = masks(i), m1 = masks(i + 16);
+    const uint64_t keep = _cvtmask32_u32(_mm512_kunpackw(m1.keep, m0.keep));
+    const uint64_t negative = _cvtmask32_u32(_mm512_kunpackw(m1.negative, m0.negative));
     const uint64_t words = _pdep_u64(keep & ~negative, 0x5555555555555555ull) | _pdep_u64(keep & negative, 0xaaaaaaaaaaaaaaaaull);
     std::memcpy(packed + i / 4, &words, 8);
   }
   for (; i + 16 <= n; i += 16) {
-    const __m512i xb = _mm512_loadu_si512(x + i);
-    // kept with probability |x| / max: u < fl(|x| inv); code 1 for a kept x with a clear sign bit, 2 set
-    const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), vInv);
-    const uint32_t keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), scaled, _CMP_LT_OQ);
-    const uint32_t negative = _mm512_movepi32_mask(xb);
-    // The 16 2-bit codes as two masks, code 1's bits (bit 2j) and code 2's (bit 2j + 1), interleaved by
-    // pdep on the scalar ports: the codes narrowed and paired in vector lanes took eight more vector
-    // micro-ops per 16 values, on the two ports the multiply and the compare need (with the maxima on 16
-    // lanes, terngrad encode 9.2-10.0 -> 7.8-8.0 ms per 16M values on the Xeon of 2026-12-04).
+    const Masks m = masks(i);
+    const uint32_t keep = m.keep, negative = m.negative;
     const uint32_t word = _pdep_u32(keep & ~negative, 0x55555555u) | _pdep_u32(keep & negative, 0xaaaaaaaau);
     std::memcpy(packed + i / 4, &word, 4);
   }
