@@ -119,7 +119,10 @@ const std::vector<std::string> kCodecs = {"none", "fp16", "bf16", "fp8-e4m3", "f
                                           "int8:rounding=stochastic", "qsgd", "terngrad", "topk:ratio=0.01",
                                           "topk:ratio=0.001", "randomk:ratio=0.01", "threshold:ratio=0.01", "sign", "onebit",
                                           "mxfp8", "mxfp8:elem=e5m2", "mxfp6", "mxfp4", "nvfp4", "int4",
-                                          "int4:rounding=stochastic", "int4:rotate=hadamard"};
+                                          "int4:rounding=stochastic", "int4:rotate=hadamard",
+                                          // stochastic rounding with 8-bit uniforms (half the Philox calls)
+                                          "int8:rounding=stochastic,rounding_bits=8", "qsgd:rounding_bits=8",
+                                          "terngrad:rounding_bits=8", "int4:rounding=stochastic,rounding_bits=8"};
 
 int registerAll() {
   for (const auto& spec : kCodecs) {

@@ -155,9 +155,9 @@ float powerOfTwo(int e) {
 BlockCodec::BlockCodec(const CodecSpec& spec, uint32_t blockSize, Rotation rotation)
     : Compressor(spec), blockSize_(blockSize) {
   if (rotation == Rotation::Unsupported) return;
-  // Read only when given, so the canonical spec of an unrotated codec stays what it was ("int8" ->
-  // "int8:block=256,rounding=nearest"), as ranks and stored runs compare it.
-  if (!spec.has("rotate") || spec.getChoice("rotate", "none", {"none", "hadamard"}) != "hadamard") {
+  // Left out of the canonical spec unless hadamard, so that of an unrotated codec stays what it was ("int8"
+  // and "int8:rotate=none" -> "int8:block=256,rounding=nearest"), as ranks and stored runs compare it.
+  if (spec.getChoiceOmittedAtDefault("rotate", "none", {"none", "hadamard"}) != "hadamard") {
     GRADCOMP_CHECK_ARG(!spec.has("rblock"), spec.name(), ": rblock= needs rotate=hadamard");
     return;
   }

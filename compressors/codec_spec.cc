@@ -80,6 +80,13 @@ std::string CodecSpec::getChoice(const std::string& key, const std::string& fall
   GRADCOMP_THROW(InvalidArgument, "'", name_, "': ", key, "=", v, " is not one of ", list);
 }
 
+std::string CodecSpec::getChoiceOmittedAtDefault(const std::string& key, const std::string& fallback,
+                                                 const std::vector<std::string>& allowed) const {
+  const std::string v = getChoice(key, fallback, allowed);
+  if (v == fallback) resolved_.erase(key);
+  return v;
+}
+
 uint64_t CodecSpec::getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const {
   if (!has(key)) {
     resolved_[key] = std::to_string(fallback);

@@ -26,6 +26,11 @@ class CodecSpec {
   std::string getString(const std::string& key, const std::string& fallback) const;
   std::string getChoice(const std::string& key, const std::string& fallback,
                         const std::vector<std::string>& allowed) const;
+  // As getChoice, but canonical() leaves the parameter out while it has its fallback value: for parameters
+  // added after canonical names were stored (result files, configs) and compared by ranks, so those names
+  // stay what they were and "qsgd" and "qsgd:rounding_bits=16" still agree.
+  std::string getChoiceOmittedAtDefault(const std::string& key, const std::string& fallback,
+                                        const std::vector<std::string>& allowed) const;
   uint64_t getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const;
   double getDouble(const std::string& key, double fallback, double minExclusive, double maxInclusive) const;
   bool getBool(const std::string& key, bool fallback) const;

@@ -1,9 +1,11 @@
 // `int4`: symmetric per-block absmax quantization to [-7, 7] (never -8, so the grid is symmetric and
 // zero is exact), scale = 7 / amax with int8's rules (kernels/scalar/scale_limits.h), decoding code x
 // fl(1 / scale). Rounding to nearest even, or stochastic (unbiased) with Philox uniforms keyed by (seed,
-// rank, step, tensor, element), as int8. Default block 64 (4.5 bits per element with the fp32 scale).
+// rank, step, tensor, element) of rounding_bits=16 or 8 bits (compressors/stochastic_rounding.h), as int8.
+// Default block 64 (4.5 bits per element with the fp32 scale).
 // Layout: [fp32 scale per block][4-bit two's complement codes, LSB-first]; the nibble 0x8 is invalid.
 #include "compressors/block_codec.h"
+#include "compressors/stochastic_rounding.h"
 #include "core/error.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
@@ -17,14 +19,14 @@
 namespace gradcomp {
 namespace {
 
-constexpr uint32_t kFlagStochastic = 1;
 constexpr int kInt4Max = 7;
 
 class Int4Codec final : public BlockCodec {
  public:
   explicit Int4Codec(const CodecSpec& spec)
       : BlockCodec(spec, blockSizeParam(spec, 64), Rotation::Supported),
-        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
+        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic"),
+        roundingBits_(roundingBitsParam(spec, stochastic_)) {}
   CodecId id() const override { return CodecId::Int4; }
   CompressorTraits traits() const override {
     CompressorTraits t;
@@ -34,10 +36,8 @@ class Int4Codec final : public BlockCodec {
 
  protected:
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 4); }
-  uint32_t formatFlags() const override { return stochastic_ ? kFlagStochastic : 0; }
-  void validateFlags(uint32_t flags) const override {
-    GRADCOMP_CHECK((flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
-  }
+  uint32_t formatFlags() const override { return roundingFlags(stochastic_, roundingBits_); }
+  void validateFlags(uint32_t flags) const override { validateRoundingFlags(flags, name()); }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t&, bool) const override {
     encodeBlocks(h, x, begin, count, payload, ctx, nullptr);
@@ -72,7 +72,8 @@ class Int4Codec final : public BlockCodec {
     const cudaStream_t stream = cudapath::asStream(d.stream);
     cudapath::DeviceScratch<uint8_t> nibbles(d.n, stream);
     cudapath::check(cuda::launchEncodeInt4Blocks(d.grad, d.residualIn, d.n, d.h.blockSize,
-                                                 (d.h.flags & kFlagStochastic) != 0, d.rng, nibbles.get(),
+                                                 (d.h.flags & kStochasticRoundingFlag) != 0,
+                                                 d.rng.withRoundingBits(roundingBitsOfFlags(d.h.flags)), nibbles.get(),
                                                  reinterpret_cast<float*>(d.section(0)), d.residualOut, d.firstBad,
                                                  stream), "int4 encode");
     cudapath::check(cuda::launchPackCodes(nibbles.get(), d.n, 4, reinterpret_cast<uint32_t*>(d.section(1)), stream),
@@ -100,15 +101,16 @@ class Int4Codec final : public BlockCodec {
     const Sections sec = sections(h);
     auto* scales = reinterpret_cast<float*>(payload + sec.offset[0]);
     float* u = nullptr;
-    if (h.flags & kFlagStochastic) {
+    if (h.flags & kStochasticRoundingFlag) {
       u = scratchUniforms(count);
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count);
+      cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count);
     }
     cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
                           reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2, firstBad);
   }
 
   bool stochastic_;
+  uint32_t roundingBits_;  // per stochastic-rounding uniform (compressors/stochastic_rounding.h)
 };
 
 }  // namespace

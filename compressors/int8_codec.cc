@@ -1,7 +1,9 @@
 // `int8`: symmetric per-block absmax quantization to [-127, 127] (never -128, so the grid is symmetric
 // and zero is exact), scale = 127 / amax. Rounding to nearest even, or stochastic (unbiased) with
-// Philox uniforms keyed by (seed, rank, step, tensor, element). Layout: [scales][int8 codes].
+// Philox uniforms keyed by (seed, rank, step, tensor, element), of rounding_bits=16 or 8 random bits
+// (compressors/stochastic_rounding.h). Layout: [scales][int8 codes].
 #include "compressors/block_codec.h"
+#include "compressors/stochastic_rounding.h"
 #include "core/error.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #if GRADCOMP_HAVE_CUDA
@@ -13,13 +15,12 @@
 namespace gradcomp {
 namespace {
 
-constexpr uint32_t kFlagStochastic = 1;
-
 class Int8Codec final : public BlockCodec {
  public:
   explicit Int8Codec(const CodecSpec& spec)
       : BlockCodec(spec, blockSizeParam(spec, 256), Rotation::Supported),
-        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic") {}
+        stochastic_(spec.getChoice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic"),
+        roundingBits_(roundingBitsParam(spec, stochastic_)) {}
   CodecId id() const override { return CodecId::Int8; }
   CompressorTraits traits() const override {
     CompressorTraits t;
@@ -29,10 +30,8 @@ class Int8Codec final : public BlockCodec {
 
  protected:
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 8); }
-  uint32_t formatFlags() const override { return stochastic_ ? kFlagStochastic : 0; }
-  void validateFlags(uint32_t flags) const override {
-    GRADCOMP_CHECK((flags & ~kFlagStochastic) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex, flags);
-  }
+  uint32_t formatFlags() const override { return roundingFlags(stochastic_, roundingBits_); }
+  void validateFlags(uint32_t flags) const override { validateRoundingFlags(flags, name()); }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
     encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
@@ -73,7 +72,8 @@ class Int8Codec final : public BlockCodec {
 #if GRADCOMP_HAVE_CUDA
   void launchEncodeOnDevice(const DeviceEncode& d) const override {
     cudapath::check(cuda::launchEncodeInt8Blocks(d.grad, d.residualIn, d.n, d.h.blockSize,
-                                                 (d.h.flags & kFlagStochastic) != 0, d.rng, 0,
+                                                 (d.h.flags & kStochasticRoundingFlag) != 0,
+                                                 d.rng.withRoundingBits(roundingBitsOfFlags(d.h.flags)), 0,
                                                  reinterpret_cast<int8_t*>(d.section(1)),
                                                  reinterpret_cast<float*>(d.section(0)), d.residualOut, d.firstBad,
                                                  cudapath::asStream(d.stream)), "int8 encode");
@@ -103,7 +103,7 @@ class Int8Codec final : public BlockCodec {
     float* u = nullptr;
     if (stochastic_) {
       u = scratchUniforms(count);
-      cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, readAhead);
+      cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, readAhead);
     }
     const uint64_t bad = cpu::encodeInt8Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize, codes, residual);
     if (bad == count) return EncodeResult::kNoIndex;
@@ -111,6 +111,7 @@ class Int8Codec final : public BlockCodec {
   }
 
   bool stochastic_;
+  uint32_t roundingBits_;  // per stochastic-rounding uniform (compressors/stochastic_rounding.h)
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compressors/block_codec.h"
+#include "compressors/stochastic_rounding.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "kernels/cpu/bit_pack.h"
@@ -37,7 +38,9 @@ uint64_t encodeBlocksChecked(uint64_t begin, uint64_t count, uint32_t blockSize,
 class QsgdCodec final : public BlockCodec {
  public:
   explicit QsgdCodec(const CodecSpec& spec)
-      : BlockCodec(spec, blockSizeParam(spec, 512), Rotation::Supported), bits_(static_cast<int>(spec.getUInt("bits", 4, 2, 8))) {}
+      : BlockCodec(spec, blockSizeParam(spec, 512), Rotation::Supported),
+        bits_(static_cast<int>(spec.getUInt("bits", 4, 2, 8))),
+        roundingBits_(roundingBitsParam(spec, true)) {}
   CodecId id() const override { return CodecId::Qsgd; }
   CompressorTraits traits() const override {
     CompressorTraits t;
@@ -46,10 +49,14 @@ class QsgdCodec final : public BlockCodec {
   }
 
  protected:
-  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, h.flags); }
-  uint32_t formatFlags() const override { return static_cast<uint32_t>(bits_); }  // bits per element
+  Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, codeBits(h)); }
+  // The low byte: bits per element; bit 8: 8-bit rounding uniforms.
+  uint32_t formatFlags() const override { return static_cast<uint32_t>(bits_) | roundingBitsFlag(roundingBits_); }
   void validateFlags(uint32_t flags) const override {
-    GRADCOMP_CHECK(flags >= 2 && flags <= 8, DecodeError, name(), ": bits per element ", flags, " is outside [2, 8]");
+    GRADCOMP_CHECK((flags & ~(kCodeBitsMask | kEightBitUniformsFlag)) == 0, DecodeError, name(),
+                   ": unknown format flags 0x", std::hex, flags);
+    const uint32_t bits = flags & kCodeBitsMask;
+    GRADCOMP_CHECK(bits >= 2 && bits <= 8, DecodeError, name(), ": bits per element ", bits, " is outside [2, 8]");
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
@@ -66,7 +73,7 @@ class QsgdCodec final : public BlockCodec {
     // The next tile is prefetched into L2 as this one's uniforms are drawn: its 16 KiB, this tile's and the
     // uniforms' 16 KiB would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x memcpy, into L2:
     // 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md).
-    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count, true);
+    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count, true);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
@@ -86,7 +93,7 @@ class QsgdCodec final : public BlockCodec {
     return bad;
   }
   scalar::ScaleRule scaleRule(const WireHeader& h) const override {
-    return {.allowZero = true, .qsgdLevels = scalar::qsgdLevels(static_cast<int>(h.flags))};
+    return {.allowZero = true, .qsgdLevels = scalar::qsgdLevels(codeBits(h))};
   }
   void validatePayload(const WireHeader& h, const std::byte* payload) const override {
     // Every code pattern is a valid level; only the norms can be wrong.
@@ -96,7 +103,7 @@ class QsgdCodec final : public BlockCodec {
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {
     const Sections sec = sections(h);
-    const int bits = static_cast<int>(h.flags);
+    const int bits = codeBits(h);
     const auto* norms = reinterpret_cast<const float*>(payload + sec.offset[0]);
     uint8_t* codes = scratchCodes(count);
     cpu::unpackBits(reinterpret_cast<const uint8_t*>(payload + sec.offset[1]) + begin * bits / 8, count, bits, codes);
@@ -106,26 +113,31 @@ class QsgdCodec final : public BlockCodec {
   }
 #if GRADCOMP_HAVE_CUDA
   void launchEncodeOnDevice(const DeviceEncode& d) const override {
-    cudapath::encodeLevelCodes(cuda::LevelCodec::Qsgd, static_cast<int>(d.h.flags), d);
+    cudapath::encodeLevelCodes(cuda::LevelCodec::Qsgd, codeBits(d.h), d);
   }
   void launchCheckOnDevice(const DeviceCheck& d) const override {  // every code is a level: only the norms
     cudapath::check(cuda::launchFindBadScales(reinterpret_cast<const float*>(d.section(0)), d.blocks(), d.scaleRule,
                                               d.firstBad, cudapath::asStream(d.stream)), "qsgd norm check");
   }
   void launchDecodeOnDevice(const DeviceDecode& d) const override {
-    cudapath::decodeLevelCodes(cuda::LevelCodec::Qsgd, static_cast<int>(d.h.flags), d);
+    cudapath::decodeLevelCodes(cuda::LevelCodec::Qsgd, codeBits(d.h), d);
   }
 #endif
 
  private:
+  static constexpr uint32_t kCodeBitsMask = 0xffu;
+  static int codeBits(const WireHeader& h) { return static_cast<int>(h.flags & kCodeBitsMask); }
+
   int bits_;
+  uint32_t roundingBits_;  // per stochastic-rounding uniform (compressors/stochastic_rounding.h)
 };
 
 // `terngrad`: TernGrad (Wen et al. 2017). Per block the max |x|; each element is 0 or sign(x) x max,
 // nonzero with probability |x| / max (unbiased). 2 bits per element; code 3 is invalid on the wire.
 class TernGradCodec final : public BlockCodec {
  public:
-  explicit TernGradCodec(const CodecSpec& spec) : BlockCodec(spec, blockSizeParam(spec, 512)) {}
+  explicit TernGradCodec(const CodecSpec& spec)
+      : BlockCodec(spec, blockSizeParam(spec, 512)), roundingBits_(roundingBitsParam(spec, true)) {}
   CodecId id() const override { return CodecId::TernGrad; }
   CompressorTraits traits() const override {
     CompressorTraits t;
@@ -135,6 +147,11 @@ class TernGradCodec final : public BlockCodec {
 
  protected:
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 2); }
+  uint32_t formatFlags() const override { return roundingBitsFlag(roundingBits_); }  // bit 8: 8-bit uniforms
+  void validateFlags(uint32_t flags) const override {
+    GRADCOMP_CHECK((flags & ~kEightBitUniformsFlag) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex,
+                   flags);
+  }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {
     encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
@@ -147,7 +164,7 @@ class TernGradCodec final : public BlockCodec {
     float* u = scratchUniforms(count);
     // The next tile is prefetched as this one's uniforms are drawn (1.37x memcpy without, 1.16x with this
     // tile's; the next tile's: docs/notes.md).
-    cpu::fillUniforms(scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId), begin, count, u, x + count);
+    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count);
     const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
                                                  reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
     return bad == count ? EncodeResult::kNoIndex : bad;
@@ -196,6 +213,9 @@ class TernGradCodec final : public BlockCodec {
     cudapath::decodeLevelCodes(cuda::LevelCodec::TernGrad, 2, d);
   }
 #endif
+
+ private:
+  uint32_t roundingBits_;  // per stochastic-rounding uniform (compressors/stochastic_rounding.h)
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "compressors/block_codec.h"
 #include "compressors/cuda_launch.h"
+#include "compressors/stochastic_rounding.h"
 #include "kernels/cuda/level_kernels.cuh"
 
 namespace gradcomp::cudapath {
@@ -15,7 +16,9 @@ inline void encodeLevelCodes(cuda::LevelCodec codec, int bits, const BlockCodec:
   DeviceScratch<uint8_t> codes(d.n, stream);
   check(cuda::launchLevelBlockStats(codec, bits, d.grad, d.residualIn, d.n, d.h.blockSize, stats, stream),
         "block statistics");
-  check(cuda::launchLevelCodes(codec, bits, d.rng, d.grad, d.residualIn, d.n, d.h.blockSize, stats, codes.get(),
+  // The rounding uniforms as the header's flags say (qsgd, terngrad: bit 8; sign and onebit draw none).
+  const scalar::RngStream rng = d.rng.withRoundingBits(roundingBitsOfFlags(d.h.flags));
+  check(cuda::launchLevelCodes(codec, bits, rng, d.grad, d.residualIn, d.n, d.h.blockSize, stats, codes.get(),
                                d.residualOut, d.firstBad, stream),
         "level codes");
   check(cuda::launchPackCodes(codes.get(), d.n, bits, reinterpret_cast<uint32_t*>(d.section(1)), stream), "bit packing");

@@ -618,8 +618,12 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
   }
 }
 
-void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
-                  bool readAheadIntoL2) {
+namespace {
+
+// fillUniforms at kRoundingBits random bits per element (the stream's roundingBits, 8 or 16).
+template <int kRoundingBits>
+void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
+                         bool readAheadIntoL2) {
   // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made.
   [[maybe_unused]] auto prefetch = [&](size_t i, size_t count) {
     if (readAhead)
@@ -651,10 +655,11 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
           // One line per vector, not the step's 16 in one burst before the Philox rounds: on the Xeon of
           // 2026-12-04 the burst stalled on the line fill buffers (7.5 % of int8 stochastic's samples).
           prefetch(i + j, 16);
-          const __m512i k =
-              kRoundingBits == 16
-                  ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)))
-                  : _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
+          __m512i k;
+          if constexpr (kRoundingBits == 16)
+            k = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)));
+          else
+            k = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
           _mm512_storeu_ps(u + i + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), unit, halfUnit));
         }
       }
@@ -681,10 +686,11 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
       for (size_t j = 0; j < kStep; j += 8) {
         // One line per two vectors, not the step's lines in one burst (as the AVX-512 loop asks).
         if (j % 16 == 0) prefetch(i + j, 16);
-        const __m128i raw = kRoundingBits == 16
-                                ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j))
-                                : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j));
-        const __m256i k = kRoundingBits == 16 ? _mm256_cvtepu16_epi32(raw) : _mm256_cvtepu8_epi32(raw);
+        __m256i k;
+        if constexpr (kRoundingBits == 16)
+          k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j)));
+        else
+          k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j)));
 #if defined(__FMA__)
         _mm256_storeu_ps(u + i + j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(k), unit, halfUnit));  // exact, as above
 #else
@@ -705,6 +711,16 @@ void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, c
     }
   }
   for (; i < n; ++i) u[i] = roundingUniform(stream, first + i);
+}
+
+}  // namespace
+
+void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
+                  bool readAheadIntoL2) {
+  if (stream.roundingBits == 8)
+    fillUniformsOfWidth<8>(stream, first, n, u, readAhead, readAheadIntoL2);
+  else  // 16, as roundingUniform reads any other value
+    fillUniformsOfWidth<16>(stream, first, n, u, readAhead, readAheadIntoL2);
 }
 
 }  // namespace gradcomp::cpu

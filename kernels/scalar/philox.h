@@ -29,15 +29,29 @@ GRADCOMP_HD Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
+// Random bits per stochastic-rounding uniform (roundingUniform): 16 by default, 8 where a codec is asked
+// for rounding_bits=8 (half the Philox calls, a coarser bias bound; see roundingUniform).
+constexpr uint32_t kDefaultRoundingBits = 16;
+
 // The stream of one (seed, rank, step, tensor): element i uses word i % 4 of counter block i / 4.
 // The rank is folded into the key by an odd multiplier, a bijection for a fixed seed, so two ranks
 // never share a key (the llm.c #597 bug). Steps and tensor ids are 32-bit counter words.
+// roundingBits (8, or 16 for any other value) is how roundingUniform cuts the words into fields; the words themselves, and
+// every other use of the stream, do not depend on it.
 struct RngStream {
   uint32_t k0, k1, step, tensor;
+  uint32_t roundingBits = kDefaultRoundingBits;
 
   GRADCOMP_HD static RngStream make(uint64_t seed, uint32_t rank, uint32_t step, uint32_t tensor) {
     const uint64_t key = seed ^ (static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull);
     return RngStream{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32), step, tensor};
+  }
+
+  // The same stream, its rounding uniforms cut into `bits`-bit fields (8 or 16).
+  GRADCOMP_HD RngStream withRoundingBits(uint32_t bits) const {
+    RngStream s = *this;
+    s.roundingBits = bits;
+    return s;
   }
 
   // Four 32-bit words for elements 4*block .. 4*block+3.
@@ -51,20 +65,21 @@ struct RngStream {
 // Uniform in [0, 1) with 24 random bits: exact in fp32, identical on every backend.
 GRADCOMP_HD float uniform01(uint32_t word) { return static_cast<float>(word >> 8) * 5.9604644775390625e-8f; }
 
-// The uniform of stochastic rounding (int8 / int4 rounding=stochastic, qsgd, terngrad): kRoundingBits
-// random bits per element, u = (k + 1/2) / 2^kRoundingBits, k the (i mod E)-th field of word i / E of the
-// stream (E = 32 / kRoundingBits fields per word, low bits first), so one Philox call serves 4E elements
-// instead of 4. The midpoint grid keeps the rounding unbiased to within half a grid step:
-//   |E[floor(v + u)] - v| <= 2^-(kRoundingBits + 1)   and   |P(u < r) - r| <= 2^-(kRoundingBits + 1)
+// The uniform of stochastic rounding (int8 / int4 rounding=stochastic, qsgd, terngrad): b = s.roundingBits
+// random bits per element (8 or 16), u = (k + 1/2) / 2^b, k the (i mod E)-th field of word i / E of the
+// stream (E = 32 / b fields per word, low bits first), so one Philox call serves 4E elements (8 at 16
+// bits, 16 at 8) instead of 4. The midpoint grid keeps the rounding unbiased to within half a grid step:
+//   |E[floor(v + u)] - v| <= 2^-(b + 1)   and   |P(u < r) - r| <= 2^-(b + 1)
 // in units of the quantization step (tests/compressors/stochastic_codecs_test.cc checks both exactly,
-// over all 2^kRoundingBits draws). u and every sum v + u the codecs form are exact in fp32.
-constexpr int kRoundingBits = 16;
-
+// over all 2^b draws, at both widths): 2^-17 of a step at 16 bits, 2^-9 at 8. u and every sum v + u the
+// codecs form are exact in fp32.
 GRADCOMP_HD float roundingUniform(const RngStream& s, uint64_t i) {
-  constexpr int kFields = 32 / kRoundingBits;
-  const uint32_t w = s.word(i / kFields);
-  const uint32_t k = (w >> (kRoundingBits * static_cast<int>(i % kFields))) & ((1u << kRoundingBits) - 1u);
-  return (static_cast<float>(k) + 0.5f) * (1.0f / static_cast<float>(1u << kRoundingBits));
+  const uint32_t bits = s.roundingBits == 8 ? 8u : 16u;  // any other value reads as the default
+  const int fieldsLog2 = bits == 8 ? 2 : 1;  // log2(32 / bits)
+  const uint32_t w = s.word(i >> fieldsLog2);
+  const uint32_t field = static_cast<uint32_t>(i & ((1u << fieldsLog2) - 1u));
+  const uint32_t k = (w >> (bits * field)) & ((1u << bits) - 1u);
+  return (static_cast<float>(k) + 0.5f) * (1.0f / static_cast<float>(1u << bits));  // 2^-b: exact
 }
 
 }  // namespace gradcomp::scalar

@@ -29,7 +29,8 @@ inline const std::vector<std::string> kCodecConfigurations = {
     "mxfp4:block=24", "nvfp4",         "int4",                "int4:rounding=stochastic,block=20",
     "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64", "mxfp4:rotate=hadamard,rblock=1024",
     "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32", "qsgd:bits=2,rotate=hadamard",
-    "fp8-e4m3:rotate=hadamard,rblock=128",
+    "fp8-e4m3:rotate=hadamard,rblock=128", "int8:rounding=stochastic,rounding_bits=8", "qsgd:bits=3,rounding_bits=8",
+    "terngrad:block=100,rounding_bits=8", "int4:rounding=stochastic,rounding_bits=8,rotate=hadamard",
 };
 
 // Configurations with the keyed Hadamard rotation: their error bounds hold in the rotated domain.

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
                                           "threshold:k=3", "sign:block=5", "onebit:block=9", "mxfp8",
                                           "mxfp8:elem=e5m2", "mxfp6:block=8", "mxfp6:elem=e3m2", "mxfp4:block=8",
                                           "nvfp4", "int4:block=6", "int4:rounding=stochastic",
-                                          "int4:rotate=hadamard,rblock=8", "mxfp4:rotate=hadamard,rblock=16"};
+                                          "int4:rotate=hadamard,rblock=8", "mxfp4:rotate=hadamard,rblock=16",
+                                          "int8:rounding=stochastic,rounding_bits=8", "terngrad:block=6,rounding_bits=8"};
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
   int files = 0;

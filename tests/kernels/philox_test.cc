@@ -54,17 +54,44 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
 }
 
 TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
-  // Any start (aligned or not), across a 2^32 carry of the block counter, and tails of every length:
-  // lengths around the AVX2 path's 4-batch step (256 values) and its single-batch step (64), and around
-  // the AVX-512 path's 4-batch step (512) and its 2-batch step (256).
-  for (uint64_t first : std::vector<uint64_t>{0, 3, 8, 8 * uint64_t{0xfffffff0} + 1, 8 * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
-    for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 255ul, 256ul, 257ul, 511ul, 512ul, 513ul, 767ul, 768ul, 769ul, 1000ul, 2049ul}) {
-      const auto s = RngStream::make(123456789ull, 3, 17, 5);
-      std::vector<float> u(n);
-      cpu::fillUniforms(s, first, n, u.data());
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], roundingUniform(s, first + i)) << first << " + " << i;
+  // At both field widths (P elements per Philox call: 8 at 16 bits, 16 at 8): any start (aligned or not),
+  // across a 2^32 carry of the block counter, and tails of every length: lengths around the AVX2 path's
+  // 4-batch step (32 P values) and its single-batch step (8 P), and around the AVX-512 path's 4-batch
+  // step (64 P) and its 2-batch step (32 P).
+  for (uint32_t bits : {16u, 8u}) {
+    const uint64_t P = 4 * 32 / bits;
+    for (uint64_t first : std::vector<uint64_t>{0, 3, P * uint64_t{0xfffffff0} + 1, P * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
+      for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 127ul, 128ul, 129ul, 255ul, 256ul, 257ul,
+                       511ul, 512ul, 513ul, 767ul, 768ul, 769ul, 1000ul, 1023ul, 1024ul, 1025ul, 1535ul, 1536ul, 1537ul,
+                       2049ul, 3071ul}) {
+        const auto s = RngStream::make(123456789ull, 3, 17, 5).withRoundingBits(bits);
+        std::vector<float> u(n);
+        cpu::fillUniforms(s, first, n, u.data());
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], roundingUniform(s, first + i)) << bits << " bits, " << first << " + " << i;
+      }
     }
   }
+}
+
+TEST(Philox, RoundingUniformsAreTheStreamWordsFieldByField) {
+  // The documented layout (kernels/scalar/philox.h): element i's field is the (i mod E)-th b-bit field of
+  // word i / E, low bits first, E = 32 / b; u = (field + 1/2) / 2^b. A path that took the words in another
+  // order, or the fields from the high end, would still be uniform, and would fail here.
+  const auto base = RngStream::make(77, 2, 9, 4);
+  for (uint32_t bits : {16u, 8u}) {
+    const auto s = base.withRoundingBits(bits);
+    const uint64_t fields = 32 / bits;
+    for (uint64_t i : std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 15, 16, 17, 1000, (uint64_t{1} << 36) + 7}) {
+      const uint32_t field = (base.word(i / fields) >> (bits * (i % fields))) & ((1u << bits) - 1u);
+      EXPECT_EQ(roundingUniform(s, i), (static_cast<float>(field) + 0.5f) / static_cast<float>(1u << bits))
+          << bits << " bits, element " << i;
+    }
+  }
+  // Any width but 8 reads as the default 16, on every path alike.
+  EXPECT_EQ(roundingUniform(base.withRoundingBits(12), 5), roundingUniform(base, 5));
+  std::vector<float> u(600);
+  cpu::fillUniforms(base.withRoundingBits(12), 0, u.size(), u.data());
+  for (size_t i = 0; i < u.size(); ++i) ASSERT_EQ(u[i], roundingUniform(base, i)) << i;
 }
 
 TEST(Philox, VectorizedWordsEqualTheScalarCalls) {

@@ -19,7 +19,9 @@ CONFIGURATIONS = [
     "onebit:block=13", "mxfp8", "mxfp8:elem=e5m2", "mxfp6", "mxfp6:elem=e3m2", "mxfp4", "mxfp4:block=24", "nvfp4",
     "int4", "int4:rounding=stochastic,block=20", "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64",
     "mxfp4:rotate=hadamard,rblock=1024", "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32",
-    "qsgd:bits=2,rotate=hadamard", "fp8-e4m3:rotate=hadamard,rblock=128",
+    "qsgd:bits=2,rotate=hadamard", "fp8-e4m3:rotate=hadamard,rblock=128", "int8:rounding=stochastic,rounding_bits=8",
+    "qsgd:bits=3,rounding_bits=8", "terngrad:block=100,rounding_bits=8",
+    "int4:rounding=stochastic,rounding_bits=8,rotate=hadamard",
 ]
 
 

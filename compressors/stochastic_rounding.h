@@ -1,0 +1,62 @@
+// rounding_bits=8|16, the option every stochastic-rounding codec shares (int8 / int4 rounding=stochastic,
+// qsgd, terngrad): how many random bits each element's rounding uniform takes (scalar::roundingUniform).
+//   16 (the default): one Philox call per 8 elements; the rounding is unbiased to within 2^-17 of a
+//       quantization step.
+//   8: one call per 16 elements, half the Philox work (the floor of these encoders' time on one core);
+//       unbiased to within 2^-9 of a step. A fraction of a step below 2^-9 never rounds up, so values
+//       smaller than 1/512 of a step are always rounded towards zero (error feedback carries them over).
+// On the wire, flag bit 8 marks 8-bit uniforms in each of these codecs. Decoding does not need it; it
+// records how the payload was drawn, so a payload says which setting made it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "compressors/codec_spec.h"
+#include "compressors/compressor.h"
+#include "core/error.h"
+#include "kernels/scalar/philox.h"
+
+namespace gradcomp {
+
+constexpr uint32_t kEightBitUniformsFlag = 1u << 8;
+
+// int8 and int4, which round to nearest unless asked: flag bit 0 is rounding=stochastic.
+constexpr uint32_t kStochasticRoundingFlag = 1;
+
+// The spec's rounding_bits (8 or 16), left out of the canonical spec at 16 so names stored before the
+// option existed still agree. A codec that rounds to nearest takes no rounding_bits.
+inline uint32_t roundingBitsParam(const CodecSpec& spec, bool stochastic) {
+  if (!stochastic) {
+    GRADCOMP_CHECK_ARG(!spec.has("rounding_bits"), spec.name(), ": rounding_bits= needs rounding=stochastic");
+    return scalar::kDefaultRoundingBits;
+  }
+  return spec.getChoiceOmittedAtDefault("rounding_bits", "16", {"8", "16"}) == "8" ? 8u : 16u;
+}
+
+inline uint32_t roundingBitsFlag(uint32_t roundingBits) { return roundingBits == 8 ? kEightBitUniformsFlag : 0; }
+
+inline uint32_t roundingBitsOfFlags(uint32_t flags) {
+  return (flags & kEightBitUniformsFlag) ? 8u : scalar::kDefaultRoundingBits;
+}
+
+// The flags of a codec that rounds to nearest or stochastically (int8, int4).
+inline uint32_t roundingFlags(bool stochastic, uint32_t roundingBits) {
+  return stochastic ? kStochasticRoundingFlag | roundingBitsFlag(roundingBits) : 0;
+}
+
+// Throws DecodeError unless flags are roundingFlags' (no unknown bit; 8-bit uniforms only with
+// stochastic rounding).
+inline void validateRoundingFlags(uint32_t flags, const std::string& codec) {
+  GRADCOMP_CHECK((flags & ~(kStochasticRoundingFlag | kEightBitUniformsFlag)) == 0, DecodeError, codec,
+                 ": unknown format flags 0x", std::hex, flags);
+  GRADCOMP_CHECK(!(flags & kEightBitUniformsFlag) || (flags & kStochasticRoundingFlag), DecodeError, codec,
+                 ": flag 0x100 (8-bit rounding uniforms) without flag 0x1 (stochastic rounding)");
+}
+
+// The Philox stream of one encode call, its rounding uniforms as the header's flags say.
+inline scalar::RngStream roundingStream(const EncodeContext& ctx, uint32_t flags) {
+  return scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(roundingBitsOfFlags(flags));
+}
+
+}  // namespace gradcomp
