@@ -53,8 +53,7 @@ class QsgdCodec final : public BlockCodec {
   // The low byte: bits per element; bit 8: 8-bit rounding uniforms.
   uint32_t formatFlags() const override { return static_cast<uint32_t>(bits_) | roundingBitsFlag(roundingBits_); }
   void validateFlags(uint32_t flags) const override {
-    GRADCOMP_CHECK((flags & ~(kCodeBitsMask | kEightBitUniformsFlag)) == 0, DecodeError, name(),
-                   ": unknown format flags 0x", std::hex, flags);
+    validateKnownFlags(flags, kCodeBitsMask | kEightBitUniformsFlag, name());
     const uint32_t bits = flags & kCodeBitsMask;
     GRADCOMP_CHECK(bits >= 2 && bits <= 8, DecodeError, name(), ": bits per element ", bits, " is outside [2, 8]");
   }
@@ -149,8 +148,7 @@ class TernGradCodec final : public BlockCodec {
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, 2); }
   uint32_t formatFlags() const override { return roundingBitsFlag(roundingBits_); }  // bit 8: 8-bit uniforms
   void validateFlags(uint32_t flags) const override {
-    GRADCOMP_CHECK((flags & ~kEightBitUniformsFlag) == 0, DecodeError, name(), ": unknown format flags 0x", std::hex,
-                   flags);
+    validateKnownFlags(flags, kEightBitUniformsFlag, name());
   }
   void encodeTile(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                   const EncodeContext& ctx, uint64_t& saturated, bool streamOut) const override {

@@ -45,11 +45,15 @@ inline uint32_t roundingFlags(bool stochastic, uint32_t roundingBits) {
   return stochastic ? kStochasticRoundingFlag | roundingBitsFlag(roundingBits) : 0;
 }
 
+// Throws DecodeError naming the flags if any bit outside `known` is set.
+inline void validateKnownFlags(uint32_t flags, uint32_t known, const std::string& codec) {
+  GRADCOMP_CHECK((flags & ~known) == 0, DecodeError, codec, ": unknown format flags 0x", std::hex, flags);
+}
+
 // Throws DecodeError unless flags are roundingFlags' (no unknown bit; 8-bit uniforms only with
 // stochastic rounding).
 inline void validateRoundingFlags(uint32_t flags, const std::string& codec) {
-  GRADCOMP_CHECK((flags & ~(kStochasticRoundingFlag | kEightBitUniformsFlag)) == 0, DecodeError, codec,
-                 ": unknown format flags 0x", std::hex, flags);
+  validateKnownFlags(flags, kStochasticRoundingFlag | kEightBitUniformsFlag, codec);
   GRADCOMP_CHECK(!(flags & kEightBitUniformsFlag) || (flags & kStochasticRoundingFlag), DecodeError, codec,
                  ": flag 0x100 (8-bit rounding uniforms) without flag 0x1 (stochastic rounding)");
 }

@@ -36,8 +36,8 @@ constexpr uint32_t kDefaultRoundingBits = 16;
 // The stream of one (seed, rank, step, tensor): element i uses word i % 4 of counter block i / 4.
 // The rank is folded into the key by an odd multiplier, a bijection for a fixed seed, so two ranks
 // never share a key (the llm.c #597 bug). Steps and tensor ids are 32-bit counter words.
-// roundingBits (8, or 16 for any other value) is how roundingUniform cuts the words into fields; the words themselves, and
-// every other use of the stream, do not depend on it.
+// roundingBits (8, or 16 for any other value) is how roundingUniform cuts the words into fields; the
+// words themselves, and every other use of the stream, do not depend on it.
 struct RngStream {
   uint32_t k0, k1, step, tensor;
   uint32_t roundingBits = kDefaultRoundingBits;
@@ -71,8 +71,8 @@ GRADCOMP_HD float uniform01(uint32_t word) { return static_cast<float>(word >> 8
 // bits, 16 at 8) instead of 4. The midpoint grid keeps the rounding unbiased to within half a grid step:
 //   |E[floor(v + u)] - v| <= 2^-(b + 1)   and   |P(u < r) - r| <= 2^-(b + 1)
 // in units of the quantization step (tests/compressors/stochastic_codecs_test.cc checks both exactly,
-// over all 2^b draws, at both widths): 2^-17 of a step at 16 bits, 2^-9 at 8. u and every sum v + u the
-// codecs form are exact in fp32.
+// over all 2^b draws, at both widths): 2^-17 of a step at 16 bits, 2^-9 at 8. u is exact in fp32; the sums
+// v + u the codecs form are fp32 additions, rounded alike on every path (the test forms them the same way).
 GRADCOMP_HD float roundingUniform(const RngStream& s, uint64_t i) {
   const uint32_t bits = s.roundingBits == 8 ? 8u : 16u;  // any other value reads as the default
   const int fieldsLog2 = bits == 8 ? 2 : 1;  // log2(32 / bits)

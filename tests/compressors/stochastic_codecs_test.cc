@@ -8,8 +8,10 @@
 
 #include "compressors/wire_format.h"
 #include "core/error.h"
+#include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
+#include "kernels/scalar/level_codes.h"
 #include "kernels/scalar/philox.h"
 
 #include "compressors/registry.h"
@@ -145,6 +147,41 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
     auto c = makeCompressor("terngrad:block=64,rounding_bits=8");
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
   }
+  {
+    const int bits = 3;
+    std::vector<double> sums(blocks);
+    cpu::blockSumSquaresEach(x.data(), n, block, sums.data());
+    for (size_t b = 0; b < blocks; ++b) scales[b] = scalar::qsgdWireNorm(sums[b], scalar::qsgdLevels(bits));
+    std::vector<uint8_t> packed(cpu::packedBytes(n, bits)), codes(n);
+    cpu::encodeQsgdTilePacked(x.data(), n, block, bits, scales.data(), u.data(), packed.data());
+    cpu::unpackBits(packed.data(), n, bits, codes.data());
+    for (size_t b = 0; b < blocks; ++b)
+      cpu::decodeQsgdBlock(codes.data() + b * block, std::min(block, n - b * block), bits, scales[b],
+                           expect.data() + b * block, false);
+    auto c = makeCompressor("qsgd:bits=3,block=64,rounding_bits=8");
+    EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
+  }
+  {
+    std::vector<uint8_t> packed((n + 1) / 2);
+    cpu::encodeInt4Blocks(x.data(), n, block, u.data(), scales.data(), packed.data());
+    cpu::decodeInt4Blocks(packed.data(), n, block, scales.data(), expect.data(), false);
+    auto c = makeCompressor("int4:rounding=stochastic,block=64,rounding_bits=8");
+    EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
+  }
+}
+
+// The width is the encoder's choice and travels in the wire: a decoder built at either width reads a
+// payload made at the other (decoding never draws uniforms), and gives the same values.
+TEST(RoundingBits, EitherWidthDecodesTheOthersPayload) {
+  const auto x = testing::normalVector(777, 6);
+  for (const char* name : {"qsgd", "terngrad"}) {
+    auto sixteen = makeCompressor(name), eight = makeCompressor(std::string(name) + ":rounding_bits=8");
+    for (const auto* encoder : {sixteen.get(), eight.get()}) {
+      const auto wire = testing::encodeToVector(*encoder, x);
+      EXPECT_EQ(testing::decodeToVector(*sixteen, wire, x.size()), testing::decodeToVector(*eight, wire, x.size()))
+          << encoder->canonicalSpec();
+    }
+  }
 }
 
 TEST(RoundingBits, IsStochasticOnlyAndEightOrSixteen) {
@@ -155,11 +192,13 @@ TEST(RoundingBits, IsStochasticOnlyAndEightOrSixteen) {
   }
   try {
     makeCompressor("int8:rounding_bits=8");
+    ADD_FAILURE() << "int8:rounding_bits=8 accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("rounding_bits= needs rounding=stochastic"), std::string::npos) << e.what();
   }
   try {
     makeCompressor("qsgd:rounding_bits=12");
+    ADD_FAILURE() << "qsgd:rounding_bits=12 accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("rounding_bits=12 is not one of 8|16"), std::string::npos) << e.what();
   }
@@ -172,7 +211,7 @@ TEST(RoundingBits, IsStochasticOnlyAndEightOrSixteen) {
 }
 
 // The wire records the width: flag bit 8. Forged flags are refused by name: 8-bit uniforms on a codec
-// that rounds to nearest, and any bit beside it that no codec defines.
+// that rounds to nearest or draws no uniforms at all, and any bit beside it that no codec defines.
 TEST(RoundingBits, WireFlagIsCheckedOnDecode) {
   const auto x = testing::normalVector(300, 8);
   struct Forge {
@@ -183,7 +222,10 @@ TEST(RoundingBits, WireFlagIsCheckedOnDecode) {
   for (const Forge& f : {Forge{"int8", 0x100, "without flag 0x1"}, Forge{"int4", 0x100, "without flag 0x1"},
                          Forge{"int8:rounding=stochastic", 0x201, "unknown format flags 0x201"},
                          Forge{"terngrad", 0x200, "unknown format flags 0x200"},
-                         Forge{"qsgd", 0x204, "unknown format flags 0x204"}}) {
+                         Forge{"qsgd", 0x204, "unknown format flags 0x204"}, Forge{"fp16", 0x100, "flag"},
+                         Forge{"fp8-e4m3", 0x100, "flag"}, Forge{"sign", 0x100, "flag"}, Forge{"onebit", 0x100, "flag"},
+                         Forge{"mxfp8", 0x100, "flag"}, Forge{"nvfp4", 0x100, "flag"}, Forge{"topk", 0x100, "flag"},
+                         Forge{"randomk:unbiased=true", 0x102, "flag"}}) {
     SCOPED_TRACE(f.spec);
     auto c = makeCompressor(f.spec);
     auto wire = testing::encodeToVector(*c, x);

@@ -1,6 +1,6 @@
 // The codec configurations of the CUDA parity sweep (codec_parity_test.cc): every codec, with the
 // configurations that change its kernels' paths. A plain header, so that the CPU suite checks on every
-// machine that each row is a valid spec and every codec has one (device_dispatch_test.cc): the sweep
+// machine that each row is a valid spec and every codec has one (tests/compressors/parity_sweep_rows_test.cc): the sweep
 // itself runs only where a GPU answers, too late to find a malformed row.
 #pragma once
 
@@ -20,7 +20,7 @@ inline const std::vector<std::string>& codecParitySpecs() {
       "mxfp4", "mxfp4:block=24", "nvfp4", "int4", "int4:rounding=stochastic", "int4:rounding=stochastic,rounding_bits=8",
       "int4:block=100", "int4:rotate=hadamard", "int8:rotate=hadamard,rblock=64", "mxfp4:rotate=hadamard,rblock=1024",
       "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32", "qsgd:bits=2,rotate=hadamard",
-      "fp8-e4m3:rotate=hadamard,rblock=8192"};
+      "fp8-e4m3:rotate=hadamard,rblock=8192", "int4:rounding=stochastic,rounding_bits=8,rotate=hadamard"};
   return v;
 }
 

@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
                                           "mxfp8:elem=e5m2", "mxfp6:block=8", "mxfp6:elem=e3m2", "mxfp4:block=8",
                                           "nvfp4", "int4:block=6", "int4:rounding=stochastic",
                                           "int4:rotate=hadamard,rblock=8", "mxfp4:rotate=hadamard,rblock=16",
-                                          "int8:rounding=stochastic,rounding_bits=8", "terngrad:block=6,rounding_bits=8"};
+                                          "int8:rounding=stochastic,rounding_bits=8", "terngrad:block=6,rounding_bits=8",
+                                          "qsgd:bits=3,block=7,rounding_bits=8"};
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
   int files = 0;
