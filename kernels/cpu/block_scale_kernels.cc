@@ -639,7 +639,7 @@ void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, floa
 #if defined(__AVX512F__)
   {
     // K x 16 Philox calls per step (64 K words, 64 K kFields elements), widened 16 at a time: four batches
-    // while a whole step fits (philoxRounds: four keep its rounds busy), then two for what is left.
+    // while a whole step fits (philoxRounds: four keep its rounds busy), then two, then one.
     // (k + 1/2) 2^-b as one fused k 2^-b + 2^-(b+1): every step is exact (k < 2^16), so the fused and the
     // two rounded operations give the same float, in one instruction.
     const __m512 unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
@@ -666,6 +666,9 @@ void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, floa
     };
     vectorSteps(std::integral_constant<int, 4>{});
     vectorSteps(std::integral_constant<int, 2>{});
+    // One batch for what is left: error feedback's 256-value tiles at 8-bit fields (16 calls) fit no
+    // longer step, and 16 lanes alone still beat the AVX2 loop's 8.
+    vectorSteps(std::integral_constant<int, 1>{});
   }
 #endif
 #ifdef GRADCOMP_HAVE_AVX2

@@ -56,14 +56,14 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
 TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
   // At both field widths (P elements per Philox call: 8 at 16 bits, 16 at 8): any start (aligned or not),
   // across a 2^32 carry of the block counter, and tails of every length: lengths around the AVX2 path's
-  // 4-batch step (32 P values) and its single-batch step (8 P), and around the AVX-512 path's 4-batch
-  // step (64 P) and its 2-batch step (32 P).
+  // 4-batch step (32 P values) and its single-batch step (8 P), and around the AVX-512 path's 4-, 2- and
+  // 1-batch steps (64 P, 32 P, 16 P: 896 values at 16 bits and 1792 at 8 take all three).
   for (uint32_t bits : {16u, 8u}) {
     const uint64_t P = 4 * 32 / bits;
     for (uint64_t first : std::vector<uint64_t>{0, 3, P * uint64_t{0xfffffff0} + 1, P * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
       for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 127ul, 128ul, 129ul, 255ul, 256ul, 257ul,
                        511ul, 512ul, 513ul, 767ul, 768ul, 769ul, 1000ul, 1023ul, 1024ul, 1025ul, 1535ul, 1536ul, 1537ul,
-                       2049ul, 3071ul}) {
+                       2049ul, 3071ul, 895ul, 896ul, 897ul, 1791ul, 1792ul, 1793ul}) {
         const auto s = RngStream::make(123456789ull, 3, 17, 5).withRoundingBits(bits);
         std::vector<float> u(n);
         cpu::fillUniforms(s, first, n, u.data());
