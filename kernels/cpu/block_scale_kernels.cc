@@ -1,3 +1,14 @@
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector to the masked builtins, which its own
+// -Wmaybe-uninitialized (and -Wuninitialized) then reports inside avx512fintrin.h once inlined (GCC bug
+// 105593, fixed in 13). The warning's location is the header, so it must be silenced before anything
+// includes <immintrin.h> (philox_batches.h does, below): a pragma after that include left the header's
+// inlined Philox steps flagged in the sanitizer builds. A third-party header's warning must not break
+// the -Werror build.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include "kernels/cpu/block_scale_kernels.h"
 
 #include "kernels/cpu/avx2_block_steps.h"
@@ -15,13 +26,6 @@
 #include <vector>
 
 #if defined(__AVX2__)
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector to the masked builtins, which its own
-// -Wmaybe-uninitialized then reports inside avx512fintrin.h once inlined (GCC bug 105593, fixed in 13).
-// The warning's location is the header, so it is silenced for the header from here on; a third-party
-// header's warning must not break the -Werror build.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 #define GRADCOMP_HAVE_AVX2 1
 #endif
