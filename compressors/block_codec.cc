@@ -264,7 +264,8 @@ size_t BlockCodec::maxEncodedBytes(size_t numElements) const {
 EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::byte> wire, const EncodeContext& ctx,
                                     const ExecContext& exec) const {
   if (rotationLog2_) return encodeRotated(in, {}, {}, wire, ctx, exec);
-  const WireHeader h = headerFor(in.size(), paramFor(in.data(), nullptr, in.size(), exec));
+  std::unique_ptr<uint32_t[]> blockWords;
+  const WireHeader h = headerFor(in.size(), paramKeepingBlockWords(in.data(), in.size(), exec, blockWords));
   writeHeader(h, wire);
   std::byte* payload = wire.data() + kWireHeaderBytes;
   zeroPadding(sections(h), payload);
@@ -275,8 +276,12 @@ EncodeResult BlockCodec::encodeImpl(std::span<const float> in, std::span<std::by
   forTileRanges(numTiles, n, exec.cpuThreads, [&](uint64_t t0, uint64_t t1, uint64_t thread) {
     for (uint64_t t = t0; t < t1; ++t) {
       const uint64_t begin = t * tile, count = std::min(tile, n - begin);
-      const uint64_t b = encodeTileChecked(h, in.data() + begin, begin, count, payload, ctx, saturated[thread],
-                                           stream && count == tile);
+      const bool streamOut = stream && count == tile;
+      const uint64_t b = blockWords ? encodeTileCheckedWithBlockWords(h, in.data() + begin, begin, count, payload, ctx,
+                                                                      saturated[thread], streamOut,
+                                                                      blockWords.get() + begin / h.blockSize)
+                                    : encodeTileChecked(h, in.data() + begin, begin, count, payload, ctx,
+                                                        saturated[thread], streamOut);
       if (b != EncodeResult::kNoIndex) {
         bad[thread] = begin + b;
         break;
@@ -503,8 +508,8 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
   if (paramReadsValues() || chunk > kMaxChunk) return encodeRotatedWhole(grad, residualIn, residualOut, wire, ctx, exec);
   const bool withResidual = !residualIn.empty();
   // Encodes every chunk with the prescale 2^-k. `optimistic`: k = 0 taken on trust, each chunk's max |c|
-  // checked (from cache, just before its rotation) and the pass abandoned at the first chunk that holds
-  // a NaN/Inf or a value past 2^100; returns whether it finished.
+  // checked (as its rotation reads it, before its tiles are encoded) and the pass abandoned at the first
+  // chunk that holds a NaN/Inf or a value past 2^100; returns whether it finished.
   auto encodeChunks = [&](int k, bool optimistic, uint64_t& saturatedTotal) {
     const RotationSection section{{ctx.seed, ctx.step, ctx.tensorId}, k};
     const WireHeader h = headerFor(n, formatParam()), inner = innerHeader(h);
@@ -522,19 +527,30 @@ EncodeResult BlockCodec::encodeRotated(std::span<const float> grad, std::span<co
           for (uint64_t j = 0; j < count; ++j) y[j] = grad[first + j] + residualIn[first + j];
           src = y.data();
         }
-        if (optimistic && !(cpu::absMax(src, count) < 0x1p100f)) {
-          abandoned = true;
-          return;
-        }
         // The next chunk's input toward L2 while this one is rotated and encoded (arithmetic): otherwise
         // one thread reads a chunk with the arithmetic idle, then computes with the memory idle. rotate +
         // int4 encode 2.35 -> 2.11x memcpy (2 threads 1.34 -> 1.23); two or four chunks ahead: the same.
-        if (c + 1 < c1) {
+        // Asked for after the rotation where there is no residual, so that the burst overlaps the tiles'
+        // arithmetic rather than the rotation's own loads of this chunk (8.6-9.2 against 9.5-10.6 ms per
+        // 16M values); with one, before it (after: error feedback's 1 ms slower).
+        const auto prefetchNextChunk = [&] {
+          if (c + 1 >= c1) return;
           const uint64_t next = first + count, nextCount = std::min(chunk, n - next);
           cpu::prefetchFloats(grad.data(), next, next + nextCount, cpu::PrefetchInto::L2);
           if (withResidual) cpu::prefetchFloats(residualIn.data(), next, next + nextCount, cpu::PrefetchInto::L2);
+        };
+        if (withResidual) prefetchNextChunk();
+        // The optimistic pass's check reads the chunk's max |c| off the rotation's own read of it (a
+        // separate pass over the chunk was a fifth of rotation + int4's encode); a chunk that fails it
+        // is rotated for nothing, and its tiles are not encoded.
+        uint32_t chunkMaxBits = 0;
+        cpu::rotateForward(src, y.data(), count, rb, section.key, powerOfTwo(-k), first,
+                           optimistic ? &chunkMaxBits : nullptr);
+        if (optimistic && chunkMaxBits >= scalar::floatBits(0x1p100f)) {
+          abandoned = true;
+          return;
         }
-        cpu::rotateForward(src, y.data(), count, rb, section.key, powerOfTwo(-k), first);
+        if (!withResidual) prefetchNextChunk();
         for (uint64_t off = 0; off < count; off += tile) {
           const uint64_t len = std::min(tile, count - off);
           if (withResidual)
@@ -684,6 +700,17 @@ void BlockCodec::decodeRotated(const WireHeader& h, const std::byte* payload, st
 uint64_t BlockCodec::DeviceCheck::blocks() const { return h.blockSize ? ceilDiv(h.numElements, uint64_t{h.blockSize}) : 0; }
 
 uint32_t BlockCodec::paramFor(const float*, const float*, uint64_t, const ExecContext&) const { return formatParam(); }
+
+uint32_t BlockCodec::paramKeepingBlockWords(const float* x, uint64_t n, const ExecContext& exec,
+                                            std::unique_ptr<uint32_t[]>&) const {
+  return paramFor(x, nullptr, n, exec);
+}
+
+uint64_t BlockCodec::encodeTileCheckedWithBlockWords(const WireHeader& h, const float* x, uint64_t begin,
+                                                     uint64_t count, std::byte* payload, const EncodeContext& ctx,
+                                                     uint64_t& saturated, bool streamOut, const uint32_t*) const {
+  return encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
+}
 
 uint64_t BlockCodec::encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count,
                                        std::byte* payload, const EncodeContext& ctx, uint64_t& saturated,

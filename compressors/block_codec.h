@@ -6,6 +6,8 @@
 // which reads g and e and writes e' and the wire once: the "encode fused with ef" of the benchmarks.
 #pragma once
 
+#include <memory>
+
 #include "compressors/compressor.h"
 #include "kernels/scalar/philox.h"
 #include "kernels/scalar/scale_limits.h"
@@ -127,6 +129,16 @@ class BlockCodec : public Compressor {
   // True when paramFor reads the values: a rotated encode must then rotate the whole tensor before its
   // first tile (the param is the rotated tensor's), instead of rotating chunk by chunk as it encodes.
   virtual bool paramReadsValues() const { return false; }
+  // A plain CPU encode's param, whose pass over the values may keep one word per block for the tiles in
+  // `words` (nvfp4: each block's largest magnitude, so that its tiles do not find it again). Default:
+  // paramFor's, nothing kept.
+  virtual uint32_t paramKeepingBlockWords(const float* x, uint64_t n, const ExecContext& exec,
+                                          std::unique_ptr<uint32_t[]>& words) const;
+  // encodeTileChecked given the words paramKeepingBlockWords kept for the tile's blocks (words[0] is
+  // block begin / blockSize's). Default: encodeTileChecked.
+  virtual uint64_t encodeTileCheckedWithBlockWords(const WireHeader& h, const float* x, uint64_t begin, uint64_t count,
+                                                   std::byte* payload, const EncodeContext& ctx, uint64_t& saturated,
+                                                   bool streamOut, const uint32_t* words) const;
 
   // The codec's CUDA twin, beside its CPU path in the codec's own file (compiled where CUDA is,
   // GRADCOMP_HAVE_CUDA): launch the kernels on d.stream. The defaults refuse with BackendUnavailable

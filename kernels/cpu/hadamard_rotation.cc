@@ -301,16 +301,22 @@ void transformBlock(float* out, size_t size, LoadAt&& loadAt, Finish&& finish) {
   if (size > 256) wideStages(out, size, 256, finish);
 }
 
-void forwardBlock(const float* x, float* y, size_t size, SignWords& signs, uint64_t first, float prescale) {
+// maxBits: the running largest |x| (fp32 bits) of the inputs as they are read (two instructions per 16
+// elements; the encoder's check for NaN/Inf and huge values without a pass of its own).
+void forwardBlock(const float* x, float* y, size_t size, SignWords& signs, uint64_t first, float prescale,
+                  __m512i& maxBits) {
   const __m512 scale = _mm512_set1_ps(prescale), norm = _mm512_set1_ps(rotationNorm(size));
   const __m512i signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
   signs.cover(first, size);
   // A prescale of 1 (2^0: every tensor below 2^100) leaves each value as it is: its product is skipped.
   auto run = [&](auto scaled) {
     transformBlock(
         y, size,
         [&](size_t j) {
-          const __m512i v = _mm512_castps_si512(scaled(_mm512_loadu_ps(x + j)));
+          const __m512 in = _mm512_loadu_ps(x + j);
+          maxBits = _mm512_max_epu32(maxBits, _mm512_and_si512(_mm512_castps_si512(in), absMask));
+          const __m512i v = _mm512_castps_si512(scaled(in));
           return _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, signs.lanes16(first + j), v, signBit));
         },
         [&](__m512 v, size_t) { return _mm512_mul_ps(v, norm); });
@@ -396,9 +402,12 @@ void wideStagesAvx2(float* v, size_t size, Last&& last) {
 // before it is stored. One pass over the input instead of the generic path's four (signs, flip, FWHT,
 // norm); docs/notes.md has the timings.
 
-void forwardBlockAvx2(const float* x, float* y, size_t size, SignWords& signs, uint64_t first, float prescale) {
+// maxBits: the running largest |x| (fp32 bits) of the inputs as they are read, as forwardBlock's.
+void forwardBlockAvx2(const float* x, float* y, size_t size, SignWords& signs, uint64_t first, float prescale,
+                      __m256i& maxBits) {
   const __m256 scale = _mm256_set1_ps(prescale), norm = _mm256_set1_ps(rotationNorm(size));
   const __m256i signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
   // Lane l of the 8 elements at bit offset b of a word: mask = word << (31 - b - l), sign bit only. A
   // 64-element group starts a word's half of a Philox call, so register k's elements sit at bit offset
   // 8 (k mod 4) of the group's word k / 4: four fixed shift vectors.
@@ -415,7 +424,9 @@ void forwardBlockAvx2(const float* x, float* y, size_t size, SignWords& signs, u
     __m256 r[8];
     for (int k = 0; k < 8; ++k) {
       const __m256i negative = _mm256_and_si256(_mm256_sllv_epi32(words[k >> 2], shifts[k & 3]), signBit);
-      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + g + 8 * k), scale);
+      const __m256 in = _mm256_loadu_ps(x + g + 8 * k);
+      maxBits = _mm256_max_epu32(maxBits, _mm256_and_si256(_mm256_castps_si256(in), absMask));
+      const __m256 v = _mm256_mul_ps(in, scale);
       r[k] = inRegisterStages8(_mm256_xor_ps(v, _mm256_castsi256_ps(negative)));
     }
     acrossRegisterStages8(r);
@@ -482,23 +493,40 @@ void inverseBlockAvx2(const float* y, float* x, size_t size, SignWords& signs, u
 }  // namespace
 
 void rotateForward(const float* x, float* y, size_t n, size_t blockSize, const RotationKey& key, float prescale,
-                   uint64_t first) {
+                   uint64_t first, uint32_t* inputMaxBits) {
   const RngStream s = rotationStream(key);
   uint32_t masks[8192];
   [[maybe_unused]] SignWords signs(s, first + n);
+  uint32_t largest = 0;  // the blocks' of the generic steps
+#if defined(__AVX512F__)
+  __m512i vectorLargest = _mm512_setzero_si512();
+#elif defined(__AVX2__)
+  __m256i vectorLargest = _mm256_setzero_si256();
+#endif
   forRotationBlocks(n, blockSize, [&](size_t start, size_t size) {
 #if defined(__AVX512F__)
-    if (size >= 16) return forwardBlock(x + start, y + start, size, signs, first + start, prescale);
+    if (size >= 16) return forwardBlock(x + start, y + start, size, signs, first + start, prescale, vectorLargest);
 #elif defined(__AVX2__)
     if (size >= 64 && (first + start) % 64 == 0)
-      return forwardBlockAvx2(x + start, y + start, size, signs, first + start, prescale);
+      return forwardBlockAvx2(x + start, y + start, size, signs, first + start, prescale, vectorLargest);
 #endif
+    if (inputMaxBits)  // before y is written: y may alias x
+      for (size_t j = 0; j < size; ++j) largest = std::max(largest, absBits(x[start + j]));
     signMasks(s, first + start, size, masks);
     for (size_t j = 0; j < size; ++j) y[start + j] = flipped(x[start + j] * prescale, masks[j]);
     fwht(y + start, size);
     const float norm = rotationNorm(size);
     for (size_t j = 0; j < size; ++j) y[start + j] *= norm;
   });
+  if (!inputMaxBits) return;
+#if defined(__AVX512F__)
+  largest = std::max(largest, static_cast<uint32_t>(_mm512_reduce_max_epu32(vectorLargest)));
+#elif defined(__AVX2__)
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vectorLargest);
+  for (const uint32_t m : lanes) largest = std::max(largest, m);
+#endif
+  *inputMaxBits = largest;
 }
 
 void rotateInverse(const float* y, float* x, size_t n, size_t blockSize, const RotationKey& key, float postscale,

@@ -212,11 +212,37 @@ uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, Elemen
   return portable(x, n, packed, scaleCodes, firstBad);
 }
 
+bool nvfp4EncodeUsesBlockMaxima(size_t blockSize) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  return blockSize == 16 && activeCpuPath() == CpuPath::Avx512;
+#else
+  (void)blockSize;
+  return false;
+#endif
+}
+
+uint32_t nvfp4BlockMaxBits(const float* x, size_t n, size_t blockSize, uint32_t* maxBits) {
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (blockSize == 16 && activeCpuPath() == CpuPath::Avx512) return avx512::nvfp4BlockMaxBits(x, n, maxBits);
+#endif
+  uint32_t largest = 0;
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    uint32_t m = 0;
+    for (size_t i = b0; i < std::min(n, b0 + blockSize); ++i) m = std::max(m, absBits(x[i]));
+    maxBits[block] = m;
+    largest = std::max(largest, m);
+  }
+  return largest;
+}
+
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                 uint8_t* scaleCodes, uint64_t* firstBad) {
+                                 uint8_t* scaleCodes, uint64_t* firstBad, const uint32_t* blockMaxBits) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
-    return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad);
+    return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad, nullptr,
+                                           blockSize == 16 ? blockMaxBits : nullptr);
+#else
+  (void)blockMaxBits;
 #endif
   auto portable = [&](const float* xs, size_t ns, uint8_t* out, uint8_t* scales, uint64_t* bad) {
     return encodeThenPack(ns, 4, out, [&](uint8_t* codes) { return encodeNvfp4Blocks(xs, ns, blockSize, t, codes, scales, bad); });

@@ -32,9 +32,20 @@ void decodeMxBlock(const uint8_t* codes, size_t n, scalar::ElementFormat fmt, ui
 // codes and one E4M3 scale code per block; returns the saturations.
 uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, uint8_t* codes, uint8_t* scaleCodes,
                            uint64_t* firstBad = nullptr);
-// encodeNvfp4Blocks with the 4-bit codes packed LSB-first, as encodeMxBlocksPacked.
+// encodeNvfp4Blocks with the 4-bit codes packed LSB-first, as encodeMxBlocksPacked. blockMaxBits, when
+// given, holds each block's largest magnitude as nvfp4BlockMaxBits found it (the tensor's first pass, for
+// its amax), which the paths where nvfp4EncodeUsesBlockMaxima read instead of finding it again; the
+// bytes are the same either way.
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                 uint8_t* scaleCodes, uint64_t* firstBad = nullptr);
+                                 uint8_t* scaleCodes, uint64_t* firstBad = nullptr,
+                                 const uint32_t* blockMaxBits = nullptr);
+// Whether encodeNvfp4BlocksPacked on the active path (cpu_path.h) reads blockMaxBits: AVX-512 with
+// 16-element blocks. Elsewhere keeping them would cost a store for nothing.
+bool nvfp4EncodeUsesBlockMaxima(size_t blockSize);
+// maxBits[b] = the largest magnitude (fp32 bits) of block b of x (the last may be short), found by the
+// same pass that returns the largest of them all (>= Inf's bits when x holds NaN or Inf): NVFP4's pass
+// for the tensor scale, in the time of absMax on AVX-512 (the reductions hide under its memory stalls).
+uint32_t nvfp4BlockMaxBits(const float* x, size_t n, size_t blockSize, uint32_t* maxBits);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
 // encodeMxBlocksPacked / encodeNvfp4BlocksPacked of finite x that also write error feedback's residual[i] =

@@ -8,6 +8,7 @@
 #include "kernels/cpu/avx512_block_steps.h"
 #include "kernels/cpu/prefetch.h"
 
+#include <algorithm>
 #include <array>
 #include <type_traits>
 
@@ -287,11 +288,19 @@ struct Nvfp4ScaleLanes {
   ElementLanes codeLanes;
   ValueLanes valueLanes;
   __m512 sixT, t;
+  __m512 reciprocalSixT;  // fl(1 / fl(6 t)), for nvfp4ScaleCodesByProduct where reciprocalUsable
+  bool reciprocalUsable;
 };
 
-GRADCOMP_AVX512 Nvfp4ScaleLanes nvfp4ScaleLanesFor(float t) {
+// withReciprocal: also fl(1 / fl(6 t)) for nvfp4ScaleCodesByProduct (a scalar division, whose latency
+// heads every call's chain: error feedback's calls, one group each, skip it).
+GRADCOMP_AVX512 Nvfp4ScaleLanes nvfp4ScaleLanesFor(float t, bool withReciprocal = false) {
   const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
-  return {lanesFor(e4m3), valueLanesFor(e4m3), _mm512_set1_ps(mulRn(kNvfp4ElementMax, t)), _mm512_set1_ps(t)};
+  const float sixT = mulRn(kNvfp4ElementMax, t), reciprocal = withReciprocal ? divRn(1.0f, sixT) : 0.0f;
+  // A normal reciprocal of a normal 6 t: both round once, relative 2^-24.
+  const auto positiveNormal = [](float v) { return floatBits(v) - 0x00800000u < 0x7f000000u; };
+  const bool usable = withReciprocal && positiveNormal(sixT) && positiveNormal(reciprocal);
+  return {lanesFor(e4m3), valueLanesFor(e4m3), _mm512_set1_ps(sixT), _mm512_set1_ps(t), _mm512_set1_ps(reciprocal), usable};
 }
 
 // The 16 blocks' scale codes (one per 32-bit lane) and, in factors, their factors.
@@ -302,6 +311,49 @@ GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodes(__m512 amax, const Nvfp4ScaleLane
   return c;
 }
 
+// nvfp4ScaleCodes with the product amax x fl(1 / fl(6 t)) in place of the quotient where that gives the
+// same codes: an E4M3 code (RNE, saturating at 448) changes only at a value with four significant bits
+// (a midpoint between neighbours, 2^-10 below the normal range, 464 above 448), so it is the same for all
+// fp32 numbers strictly inside a step of 2^19 ulps; the product is within 2 ulps of the quotient (the
+// reciprocal and the product each round once), so where it lies 4 or more ulps inside a step, both do
+// and neither is its start. Otherwise (a lane within 3 ulps of a step's start, about 7 in 2^19 of random
+// maxima; an overflowing product, at Inf's own step start) the 16 scales are divided. Products below
+// 2^-12 are tested as a value far inside its step: there both round to code 0 (below 2^-10, whose tie
+// goes to 0), and zero maxima (all-zero blocks of a sparse gradient) sit at a start. vdivps, 16 lanes per
+// 10 or more cycles on Intel cores, was a fifth of the group encoder's arithmetic with its two siblings.
+GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodesByProduct(__m512 amax, const Nvfp4ScaleLanes& s, __m512& factors) {
+  if (s.reciprocalUsable) {
+    const __m512 scaled = _mm512_mul_ps(amax, s.reciprocalSixT);
+    const __m512i floor = _mm512_set1_epi32(static_cast<int>(floatBits(0x1p-12f) | 0x40000u));
+    const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(scaled), floor);
+    const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, _mm512_set1_epi32(3)), _mm512_set1_epi32(0x7ffff));
+    if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6))) {
+      uint32_t unused = 0;
+      const __m512i c = elementCodes(scaled, s.codeLanes, 0xffff, unused);
+      factors = _mm512_mul_ps(elementValues(c, s.valueLanes), s.t);
+      return c;
+    }
+  }
+  return nvfp4ScaleCodes(amax, s, 0xffff, factors);
+}
+
+// 1 / d of positive normal d in [2^-125, 2^126), within 0.51 ulp: the 14-bit estimate (vrcp14ps, relative
+// error below 2^-14) and one Newton step by FMA, r + r (1 - d r), whose error is the estimate's squared
+// (2^-28) plus its own rounding. Three micro-ops where vdivps is a 10-cycle or longer occupation of
+// its port.
+GRADCOMP_AVX512 inline __m512 reciprocalsOf(__m512 d) {
+  const __m512 r = _mm512_rcp14_ps(d);
+  return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0f)), r);
+}
+
+// Makes v opaque to the compiler, so that it keeps v in a register where it would otherwise build the
+// constant anew (a move and a broadcast) at each use inside a loop.
+__attribute__((always_inline)) GRADCOMP_AVX512 inline void keepInRegister(__m512i& v) { __asm__("" : "+v"(v)); }
+template <typename... V>
+__attribute__((always_inline)) GRADCOMP_AVX512 inline void keepInRegisters(V&... v) {
+  (keepInRegister(v), ...);
+}
+
 // E2M1 by table: its seven rounding edges (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most two mantissa
 // bits, so a magnitude's code is fixed by its exponent and top two mantissa bits (a key: 1 + one quarter
 // binade from 0.25 up, 0 below, clamped at 8 where every code is 6's) except at an edge itself, the start
@@ -309,7 +361,8 @@ GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodes(__m512 amax, const Nvfp4ScaleLane
 // the quarter's start, bit 3 set where the start is an edge whose upper neighbour is odd (0.25, 1.25, 2.5,
 // 5: there the code is one less). Built from the scalar rule, so it cannot drift from it.
 struct E2M1Table {
-  __m512i lo, hi;  // entries 0-15, 16-31
+  __m512i lo, hi;                    // entries 0-15, 16-31
+  __m512i keyBase, keyMax, signBit;  // the key's constants, and bit 3 (the code's sign)
 };
 constexpr uint32_t kE2M1KeyBase = (0x3e800000u >> 21) - 1;  // key 1 starts at 0.25 (bits 0x3e800000)
 
@@ -331,22 +384,21 @@ const uint32_t* e2m1TableEntries() {
 
 GRADCOMP_AVX512 E2M1Table e2m1TableFor() {
   const uint32_t* e = e2m1TableEntries();
-  return {_mm512_loadu_si512(e), _mm512_loadu_si512(e + 16)};
+  return {_mm512_loadu_si512(e), _mm512_loadu_si512(e + 16), _mm512_set1_epi32(static_cast<int>(kE2M1KeyBase)),
+          _mm512_set1_epi32(31), _mm512_set1_epi32(8)};
 }
 
 // The table entries of 16 magnitudes a (fp32 bits, finite).
 GRADCOMP_AVX512 inline __m512i e2m1Entries(__m512i a, const E2M1Table& t) {
   // The key: the top bits less the base, floored at 0 by the unsigned saturating 16-bit subtraction (the
   // shifted bits fit the low half of each lane), capped at 31.
-  const __m512i key = _mm512_min_epu16(
-      _mm512_subs_epu16(_mm512_srli_epi32(a, 21), _mm512_set1_epi32(static_cast<int>(kE2M1KeyBase))),
-      _mm512_set1_epi32(31));
+  const __m512i key = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi32(a, 21), t.keyBase), t.keyMax);
   return _mm512_permutex2var_epi32(t.lo, key, t.hi);
 }
 
 // Bits 0-2 of code, bit 3 from the sign bit of xb: one ternary-logic select, C ? A : B.
-GRADCOMP_AVX512 inline __m512i withSigns(__m512i code, __m512i xb) {
-  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(xb, 28), code, _mm512_set1_epi32(8), 0xe4);
+GRADCOMP_AVX512 inline __m512i withSigns(__m512i code, __m512i xb, const E2M1Table& t) {
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(xb, 28), code, t.signBit, 0xe4);
 }
 
 // E2M1 codes of 16 magnitudes a (fp32 bits, finite), with the sign bits of xb (bit 31 to the code's bit 3).
@@ -355,110 +407,173 @@ GRADCOMP_AVX512 inline __m512i e2m1Codes(__m512i a, __m512i xb, const E2M1Table&
   // An edge exactly: the mantissa bits below the key's are zero and the entry is flagged.
   const __mmask16 exact = _mm512_testn_epi32_mask(a, _mm512_set1_epi32(0x1fffff));
   const __mmask16 tie = _mm512_mask_test_epi32_mask(exact, entry, _mm512_set1_epi32(8));
-  return withSigns(_mm512_mask_sub_epi32(entry, tie, entry, _mm512_set1_epi32(1)), xb);
+  return withSigns(_mm512_mask_sub_epi32(entry, tie, entry, _mm512_set1_epi32(1)), xb, t);
 }
 
 // e2m1Codes of magnitudes none of which is a quarter's start (an edge): the entries as they are, their
 // flag bit replaced by the sign.
 GRADCOMP_AVX512 inline __m512i e2m1CodesOffEdges(__m512i a, __m512i xb, const E2M1Table& t) {
-  return withSigns(e2m1Entries(a, t), xb);
+  return withSigns(e2m1Entries(a, t), xb, t);
 }
 
-// NVFP4 with its standard 16-element blocks, 16 blocks (256 elements) per step, unrolled: the maxima by
-// one transposing reduction, the 16 scales in one register, the codes of 8 blocks packed together. Stops
-// before a last partial group or a group whose maximum is not finite; returns the elements encoded.
-// With kResidual, residual = x - value(code) x factor, the decoder's product, from the codes in registers.
+// NVFP4 with its standard 16-element blocks, 16 blocks (256 elements) to a group, up to kScaleGroups
+// groups at a time in two phases: first every group's scales (the maxima by one transposing reduction,
+// or loaded where the tensor's first pass kept them: maxBits, one per block; the 16 scale codes, factors
+// and reciprocals in one register), then every group's codes (8 blocks packed together). A group's
+// scales are a chain of dependent steps (a reduction, two divisions, a conversion) that, with its codes
+// right behind it, left the loop waiting on each group's chain; in phases the chains of the next groups
+// overlap each other. Stops before a last partial group or a group whose maximum is not finite; returns
+// the elements encoded. With kResidual, residual = x - value(code) x factor, the decoder's product, from
+// the codes in registers.
 template <bool kResidual>
-GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uint8_t* scaleCodes,
-                                         uint64_t& saturated, float* residual) {
-  const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
+GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* maxBits, uint8_t* packed,
+                                         uint8_t* scaleCodes, uint64_t& saturated, float* residual) {
+  constexpr size_t kGroupValues = 256, kScaleGroups = 8, kAhead = kGroupValues * kScaleGroups;
+  const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t, !kResidual);
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
   const ValueLanes values = valueLanesFor(elementSpec(ElementFormat::E2M1));
-  const E2M1Table table = e2m1TableFor();
-  const __m512i absMask = l.absMask;
-  size_t g = 0;
-  for (; g + 256 <= n; g += 256) {
-    const float* xg = x + g;
-    __m512i a[16];
-    for (int j = 0; j < 16; ++j) a[j] = _mm512_and_si512(_mm512_loadu_si512(xg + 16 * j), absMask);
-    const __m512i amax = laneMaxima16(a);
-    if (_mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000))) break;
-    __m512 factors;
-    const __m512i codes = nvfp4ScaleCodes(_mm512_castsi512_ps(amax), scales, 0xffff, factors);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(scaleCodes + g / 16), _mm512_cvtepi32_epi8(codes));
-    // A zero factor (a block below E4M3's smallest scale) encodes as all-zero codes, as the scalar path
-    // writes: it divides by 1 instead of 0, and its codes are cleared after the group's are stored.
-    const __mmask16 zero = _mm512_cmp_ps_mask(factors, _mm512_setzero_ps(), _CMP_EQ_OQ);
-    const __m512 divisors = _mm512_mask_mov_ps(factors, zero, _mm512_set1_ps(1.0f));
-    alignas(64) float f[16], decodeFactor[16];
-    _mm512_store_ps(f, divisors);
-    if constexpr (kResidual) _mm512_store_ps(decodeFactor, factors);
-    // The codes are those of the quotient a / f correctly rounded (the definition's), as the magnitudes
-    // are at hand; they take their signs from x. A code depends only on which quarter of a binade the
-    // quotient lies in, and on whether it is a quarter's start (an edge: e2m1Codes), so the product with
-    // r = fl(1 / f) stands in for the quotient wherever it lies 4 or more ulps from a quarter's start:
-    // fl(a x r) is within 2 ulps of fl(a / f) (r and the product each round once, 2^-24 each), so both
-    // are then inside the same quarter and neither is its start. A vector with a lane nearer a start (about
-    // 7 in 2^21 of random values) is divided, and so is a group where some 1 / f is not finite (a factor
-    // at or near 2^-128). Products below 0.2 are tested as 0.2 (far from a start): there both values
-    // round to code 0 (below 0.25, whose tie goes to 0 too), and exact zeros, which sit at a start, would
-    // otherwise send every vector of a sparse gradient to the divider (a masked compare instead of the
-    // maximum cost 6 % of the dense encode). vdivps bounded the encoder on Intel cores (16 lanes per 10 cycles, about a fifth of
-    // its time on the Xeon of 2026-12-04); a quotient corrected by two FMAs measured slower than vdivps
-    // on Zen 4.
-    const __m512 reciprocals = _mm512_div_ps(_mm512_set1_ps(1.0f), divisors);
-    const bool reciprocalsFinite = !_mm512_cmpge_epu32_mask(_mm512_castps_si512(reciprocals), _mm512_set1_epi32(0x7f800000));
-    alignas(64) float r[16];
-    _mm512_store_ps(r, reciprocals);
-    const __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff);
-    const __m512i codeZeroFloor = _mm512_castps_si512(_mm512_set1_ps(0.2f));
-    // A product's lanes are then none at a start, so its codes skip the tie test (three of the
-    // instructions per vector).
-    const auto codesOf = [&](int j, __m512i xb) GRADCOMP_AVX512_LAMBDA {
-      const __m512 magnitude = _mm512_castsi512_ps(a[j]);
-      if (reciprocalsFinite) {
-        const __m512 product = _mm512_mul_ps(magnitude, _mm512_set1_ps(r[j]));
-        const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(product), codeZeroFloor);
-        const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, nearStart), quarter);
-        if (!_mm512_cmple_epu32_mask(offset, _mm512_set1_epi32(6)))
-          return e2m1CodesOffEdges(_mm512_castps_si512(product), xb, table);
-      }
-      return e2m1Codes(_mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(f[j]))), xb, table);
+  E2M1Table table = e2m1TableFor();
+  __m512i absMask = l.absMask;
+  // One group's scales: the divisors (a zero factor, a block below E4M3's smallest scale, divides by 1
+  // and has its codes cleared after they are stored, as the scalar path writes all-zero codes), their
+  // reciprocals, and the factors the decoder multiplies by.
+  struct GroupScales {
+    alignas(64) float divisor[16];
+    alignas(64) float reciprocal[16];
+    alignas(64) float decodeFactor[16];
+    __mmask16 zero;
+    bool reciprocalsFinite;
+  };
+  GroupScales s[kScaleGroups];
+  __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff), nearLimit = _mm512_set1_epi32(6);
+  __m512i codeZeroFloor = _mm512_castps_si512(_mm512_set1_ps(0.2f));
+  // Held in registers through the plain encode's code loops (GCC otherwise builds some anew at each use,
+  // a move and a broadcast each, in the loop). Not with a residual, whose loop holds the decoder's lanes
+  // too: pinned there, these pushed others to the stack (error feedback 1.5 ms slower per 16M values).
+  if constexpr (!kResidual)
+    keepInRegisters(nearStart, quarter, nearLimit, codeZeroFloor, absMask, table.lo, table.hi, table.keyBase,
+                    table.keyMax, table.signBit);
+  // One group's codes, from its scales. The codes are those of the quotient a / f correctly rounded (the
+  // definition's), as the magnitudes are at hand; they take their signs from x. A code depends only on
+  // which quarter of a binade the quotient lies in, and on whether it is a quarter's start (an edge:
+  // e2m1Codes), so the product with r, 1 / f to within 0.51 ulp (reciprocalsOf), stands in for the
+  // quotient wherever it lies 4 or more ulps from a quarter's start: fl(a x r) is within 2 ulps of
+  // fl(a / f) (r's error and the two roundings, about 2^-24 each), so both are then inside the same
+  // quarter and neither is its start. 8 vectors with a lane nearer a start (about 7 in 2^21 of random
+  // values) are divided, and so is a group with a factor outside [2^-125, 2^126) (one at or near 2^-128,
+  // whose reciprocal is not a normal float). Products below 0.2 are tested as 0.2 (far from a
+  // start): there both values round to code 0 (below 0.25, whose tie goes to 0 too), and exact zeros,
+  // which sit at a start, would otherwise send every vector of a sparse gradient to the divider (a masked
+  // compare instead of the maximum cost 6 % of the dense encode). vdivps bounded the encoder on Intel
+  // cores (16 lanes per 10 cycles, about a fifth of its time on the Xeon of 2026-12-04); a quotient
+  // corrected by two FMAs measured slower than vdivps on Zen 4. A product's lanes are then none at a
+  // start, so its codes skip the tie test (three of the instructions per vector).
+  const auto groupCodes = [&](size_t gg, const GroupScales& gs) GRADCOMP_AVX512_LAMBDA {
+    const float* xg = x + gg;
+    // The product's codes of one vector, and its lanes near a start.
+    const auto productCodes = [&](int j, __m512i xb, __mmask16& nearStarts) GRADCOMP_AVX512_LAMBDA {
+      const __m512 product =
+          _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), _mm512_set1_ps(gs.reciprocal[j]));
+      const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(product), codeZeroFloor);
+      const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, nearStart), quarter);
+      nearStarts = static_cast<__mmask16>(nearStarts | _mm512_cmple_epu32_mask(offset, nearLimit));
+      return e2m1CodesOffEdges(_mm512_castps_si512(product), xb, table);
+    };
+    const auto quotientCodes = [&](int j, __m512i xb) GRADCOMP_AVX512_LAMBDA {
+      const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(xb, absMask));
+      return e2m1Codes(_mm512_castps_si512(_mm512_div_ps(magnitude, _mm512_set1_ps(gs.divisor[j]))), xb, table);
     };
     for (int half = 0; half < 2; ++half) {
+      const int j0 = 8 * half;
       __m512i c[8];
-      for (int k = 0; k < 8; ++k) {
-        const int j = 8 * half + k;
-        // The input 4 KiB ahead, one line per vector of codes: this first read of x streams from memory,
-        // and the hardware prefetchers alone leave it stalled between groups (4.84 -> 4.70 ms per 16M
-        // values on Zen 5). Spread over the codes' arithmetic, as the MX encoders ask, not one burst per group.
-        if constexpr (!kResidual) prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
-        const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
-        c[k] = codesOf(j, xb);
-        if constexpr (kResidual) {
+      if constexpr (kResidual) {
+        // Error feedback's tiles are one group, from L1: each vector's residual right after its codes
+        // (all 8 vectors' codes first, then their residuals, took 1 ms more per 16M values).
+        for (int k = 0; k < 8; ++k) {
+          const int j = j0 + k;
+          const __m512i xb = _mm512_loadu_si512(xg + 16 * j);
+          __mmask16 nearStarts = 0;
+          if (gs.reciprocalsFinite) c[k] = productCodes(j, xb, nearStarts);
+          if (!gs.reciprocalsFinite || nearStarts) c[k] = quotientCodes(j, xb);
           // A zero-factor block's codes are cleared below: its decoded values are +0 (0 x 0), whatever
           // signs these codes carry.
-          const __m512i stored = (zero >> j) & 1 ? _mm512_setzero_si512() : c[k];
-          const __m512 decoded = _mm512_mul_ps(elementValues(stored, values), _mm512_set1_ps(decodeFactor[j]));
-          _mm512_storeu_ps(residual + g + 16 * j, _mm512_sub_ps(_mm512_castsi512_ps(xb), decoded));
+          const __m512i stored = (gs.zero >> j) & 1 ? _mm512_setzero_si512() : c[k];
+          const __m512 decoded = _mm512_mul_ps(elementValues(stored, values), _mm512_set1_ps(gs.decodeFactor[j]));
+          _mm512_storeu_ps(residual + gg + 16 * j, _mm512_sub_ps(_mm512_castsi512_ps(xb), decoded));
         }
+      } else {
+        // Any lane of the 8 vectors near a start, and the 8 are divided: one test per 8 vectors, not a
+        // branch per vector, so that the 8 unroll.
+        __mmask16 nearStarts = 0;
+        if (gs.reciprocalsFinite) {
+#pragma GCC unroll 8
+          for (int k = 0; k < 8; ++k) {
+            // The next phases' input (8 KiB ahead), one line per vector of codes, spread over this arithmetic.
+            prefetchFloats(x, gg + kAhead + 16 * (j0 + k), gg + kAhead + 16 * (j0 + k) + 16, PrefetchInto::L1);
+            c[k] = productCodes(j0 + k, _mm512_loadu_si512(xg + 16 * (j0 + k)), nearStarts);
+          }
+        }
+        if (!gs.reciprocalsFinite || nearStarts)
+          for (int k = 0; k < 8; ++k) c[k] = quotientCodes(j0 + k, _mm512_loadu_si512(xg + 16 * (j0 + k)));
       }
-      storeNibbles8Vectors(c, packed + g / 2 + 64 * half);
+      storeNibbles8Vectors(c, packed + gg / 2 + 64 * half);
     }
-    for (__mmask16 z = zero; z; z = static_cast<__mmask16>(z & (z - 1)))
-      __builtin_memset(packed + g / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
-    // Saturation: a block's largest quotient is its maximum's (division is monotonic), so only the blocks
-    // whose maximum reaches the overflow midpoint are counted lane by lane; with the tensor's own scale t
-    // no block does but by E4M3's rounding of its scale.
-    __mmask16 saturating = static_cast<__mmask16>(
-        _mm512_mask_cmpge_epu32_mask(static_cast<__mmask16>(~zero),
-                                     _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(amax), divisors)), l.overflow));
-    while (saturating) {
-      const int j = __builtin_ctz(saturating);
-      saturating = static_cast<__mmask16>(saturating & (saturating - 1));
-      const __m512 y = _mm512_div_ps(_mm512_castsi512_ps(a[j]), _mm512_set1_ps(f[j]));
-      saturated += static_cast<uint64_t>(__builtin_popcount(_mm512_cmpge_epu32_mask(_mm512_castps_si512(y), l.overflow)));
+    for (__mmask16 z = gs.zero; z; z = static_cast<__mmask16>(z & (z - 1)))
+      __builtin_memset(packed + gg / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
+  };
+  size_t g = 0;
+  while (g + kGroupValues <= n) {
+    const size_t groups = std::min(kScaleGroups, (n - g) / kGroupValues);
+    size_t ready = 0;
+    for (; ready < groups; ++ready) {
+      const size_t gg = g + kGroupValues * ready;
+      const float* xg = x + gg;
+      __m512i amax;
+      if (maxBits) {
+        amax = _mm512_loadu_si512(maxBits + gg / 16);
+      } else {
+        __m512i a[16];
+        for (int j = 0; j < 16; ++j) a[j] = _mm512_and_si512(_mm512_loadu_si512(xg + 16 * j), absMask);
+        amax = laneMaxima16(a);
+      }
+      if (_mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7f800000))) break;
+      __m512 factors;
+      const __m512i codes = nvfp4ScaleCodesByProduct(_mm512_castsi512_ps(amax), scales, factors);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scaleCodes + gg / 16), _mm512_cvtepi32_epi8(codes));
+      GroupScales& gs = s[ready];
+      gs.zero = _mm512_cmp_ps_mask(factors, _mm512_setzero_ps(), _CMP_EQ_OQ);
+      const __m512 divisors = _mm512_mask_mov_ps(factors, gs.zero, _mm512_set1_ps(1.0f));
+      _mm512_store_ps(gs.divisor, divisors);
+      if constexpr (kResidual) _mm512_store_ps(gs.decodeFactor, factors);
+      // The products stand in for quotients only with divisors in [2^-125, 2^126), whose reciprocals
+      // reciprocalsOf gives to within 0.51 ulp (a factor at or near 2^-128 divides its group).
+      const __m512i divisorBits = _mm512_castps_si512(divisors);
+      gs.reciprocalsFinite =
+          _mm512_cmplt_epu32_mask(_mm512_sub_epi32(divisorBits, _mm512_set1_epi32(0x01000000)),
+                                  _mm512_set1_epi32(0x7e800000 - 0x01000000)) == 0xffff;
+      const __m512 reciprocals = reciprocalsOf(divisors);
+      _mm512_store_ps(gs.reciprocal, reciprocals);
+      // Saturation: a block's largest quotient is its maximum's (division is monotonic), so only the
+      // blocks whose maximum reaches the overflow midpoint are counted lane by lane; with the tensor's own
+      // scale t no block does but by E4M3's rounding of its scale. Screened by the product (within 2 ulps
+      // of the quotient), 4 ulps short of the midpoint; the lanes of a screened block are divided.
+      const __m512i screen =
+          gs.reciprocalsFinite
+              ? _mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(amax), reciprocals)),
+                                 _mm512_set1_epi32(4))
+              : _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(amax), divisors));
+      __mmask16 saturating =
+          static_cast<__mmask16>(_mm512_mask_cmpge_epu32_mask(static_cast<__mmask16>(~gs.zero), screen, l.overflow));
+      while (saturating) {
+        const int j = __builtin_ctz(saturating);
+        saturating = static_cast<__mmask16>(saturating & (saturating - 1));
+        const __m512 y = _mm512_div_ps(_mm512_abs_ps(_mm512_loadu_ps(xg + 16 * j)), _mm512_set1_ps(gs.divisor[j]));
+        saturated += static_cast<uint64_t>(__builtin_popcount(_mm512_cmpge_epu32_mask(_mm512_castps_si512(y), l.overflow)));
+      }
     }
+    for (size_t k = 0; k < ready; ++k) groupCodes(g + kGroupValues * k, s[k]);
+    g += kGroupValues * ready;
+    if (ready < groups) break;  // a group with NaN/Inf: encodeBlocks finds and reports it
   }
   return g;
 }
@@ -603,14 +718,39 @@ GRADCOMP_AVX512 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t b
   return saturated;
 }
 
+GRADCOMP_AVX512 uint32_t nvfp4BlockMaxBits(const float* x, size_t n, uint32_t* maxBits) {
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  __m512i acc = _mm512_setzero_si512();
+  size_t g = 0;
+  for (; g + 256 <= n; g += 256) {
+    __m512i a[16];
+    for (int j = 0; j < 16; ++j) {
+      // The tensor's one read from memory before the encode: each line 4 KiB ahead asked for, as maxAbsBits.
+      prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
+      a[j] = _mm512_and_si512(_mm512_loadu_si512(x + g + 16 * j), absMask);
+    }
+    const __m512i m = laneMaxima16(a);
+    _mm512_storeu_si512(maxBits + g / 16, m);
+    acc = _mm512_max_epu32(acc, m);
+  }
+  uint32_t largest = _mm512_reduce_max_epu32(acc);
+  for (; g < n; g += 16) {
+    const uint32_t m = blockMaxBits(x + g, n - g < 16 ? n - g : 16);
+    maxBits[g / 16] = m;
+    largest = m > largest ? m : largest;
+  }
+  return largest;
+}
+
 GRADCOMP_AVX512 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                                 uint8_t* scaleCodes, uint64_t* firstBad, float* residual) {
+                                                 uint8_t* scaleCodes, uint64_t* firstBad, float* residual,
+                                                 const uint32_t* blockMaxBits) {
   // The standard 16-element blocks go through the group encoder; the rest (a last partial group, another
   // block size, a group holding NaN/Inf, which it reports) through encodeBlocks.
   uint64_t saturated = 0;
   const size_t done = blockSize != 16 ? 0
-                      : residual      ? encodeNvfp4Groups<true>(x, n, t, packed, scaleCodes, saturated, residual)
-                                      : encodeNvfp4Groups<false>(x, n, t, packed, scaleCodes, saturated, nullptr);
+                      : residual      ? encodeNvfp4Groups<true>(x, n, t, nullptr, packed, scaleCodes, saturated, residual)
+                                      : encodeNvfp4Groups<false>(x, n, t, blockMaxBits, packed, scaleCodes, saturated, nullptr);
   if (done == n) return saturated;
   const Nvfp4ScaleLanes scales = nvfp4ScaleLanesFor(t);
   uint64_t bad = ~uint64_t{0};

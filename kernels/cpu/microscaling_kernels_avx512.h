@@ -18,8 +18,12 @@ namespace gradcomp::cpu::avx512 {
 // With residual given (x finite), also residual[i] = x[i] - the packed decoder's value of element i.
 uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt, uint8_t* packed,
                               uint8_t* scaleCodes, uint64_t* firstBad, float* residual = nullptr);
+// blockMaxBits (16-element blocks, no residual): each block's largest magnitude, found beforehand.
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                 uint8_t* scaleCodes, uint64_t* firstBad, float* residual = nullptr);
+                                 uint8_t* scaleCodes, uint64_t* firstBad, float* residual = nullptr,
+                                 const uint32_t* blockMaxBits = nullptr);
+// nvfp4BlockMaxBits of microscaling_kernels.h for 16-element blocks.
+uint32_t nvfp4BlockMaxBits(const float* x, size_t n, uint32_t* maxBits);
 // decodeMxBlocksPacked / decodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 16 == 0.
 void decodeMxBlocksPacked(const uint8_t* packed, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                           const uint8_t* scaleCodes, float* out, bool accumulate);

@@ -68,6 +68,29 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
                                                   &p.firstBad)
                            : encodeNvfp4BlocksPacked(x.data(), n, blockSize, t, p.codes.data(),
                                                      p.scaleCodes.data(), &p.firstBad);
+    if (kind == 5) {
+      // Given the block maxima of the tensor's first pass (nvfp4BlockMaxBits, which the codec keeps from its
+      // amax pass where the path reads them), the same bytes, the same first NaN/Inf and the same amax.
+      std::vector<uint32_t> maxBits(blocks + 1, 0xdeadbeef);  // the word past the last block must stay
+      const uint32_t largest = nvfp4BlockMaxBits(x.data(), n, blockSize, maxBits.data());
+      for (size_t b = 0; b < blocks; ++b) {
+        uint32_t m = 0;
+        for (size_t i = b * blockSize; i < std::min(n, (b + 1) * blockSize); ++i) m = std::max(m, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+        EXPECT_EQ(maxBits[b], m) << "block " << b;
+      }
+      EXPECT_EQ(maxBits[blocks], 0xdeadbeefu);
+      EXPECT_EQ(largest, blocks ? *std::max_element(maxBits.begin(), maxBits.begin() + static_cast<ptrdiff_t>(blocks)) : 0u);
+      std::vector<uint8_t> codes(n + 16, 0xee), scaleCodes(blocks, 0);
+      uint64_t firstBad = ~uint64_t{0};
+      const uint64_t saturated =
+          encodeNvfp4BlocksPacked(x.data(), n, blockSize, t, codes.data(), scaleCodes.data(), &firstBad, maxBits.data());
+      EXPECT_EQ(firstBad, p.firstBad);
+      if (firstBad == ~uint64_t{0}) {
+        EXPECT_EQ(codes, p.codes);
+        EXPECT_EQ(scaleCodes, p.scaleCodes);
+        EXPECT_EQ(saturated, p.saturated);
+      }
+    }
     if (p.firstBad != ~uint64_t{0}) return p;
     // Decode what the scalar path wrote (the same bytes, checked above), so a decoder is compared on
     // identical input; the outputs start one float into their buffers, so the stores are unaligned, and the
@@ -155,8 +178,9 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
   const float edges[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f};
   std::mt19937_64 rng(14);
   size_t compared = 0;
-  // Factors from about 2^-120 to 2^100: the quotients near each edge for scales of every magnitude.
-  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f}) {
+  // Factors from about 2^-120 to 2^125 (0x1p116 is about the largest t a decoder accepts, FLT_MAX / 2688):
+  // the quotients near each edge for scales of every magnitude, and reciprocals near FLT_MIN.
+  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f}) {
     const size_t n = 4096 + 16;  // 16 whole groups and one block
     std::vector<float> x(n);
     for (size_t b = 0; b < n / 16; ++b) {
@@ -224,6 +248,45 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
   ASSERT_EQ(got.saturated, want.saturated);
   std::printf("nvfp4 products that differ from the quotient near a quarter's start: %zu elements on the %s path\n",
               differing, cpuPathName(GetParam()));
+}
+
+// NVFP4 block maxima whose quotient amax / fl(6 t) lies within 3 ulps of a value of four significant bits
+// (where an E4M3 scale code can change) and whose product with fl(1 / fl(6 t)) has another E4M3 code than
+// the quotient: where a product standing in for the quotient (the AVX-512 group encoder's scales) would
+// pick another scale. One such block per group of 16, the others' quotients far inside their steps, so
+// that a near block the kernel's test missed is not divided for its neighbours' sake.
+TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
+  std::mt19937_64 rng(16);
+  size_t differing = 0, compared = 0;
+  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 0x1p-100f, 0x1p90f}) {
+    const float sixT = scalar::mulRn(6.0f, t), reciprocal = 1.0f / sixT;
+    std::vector<float> x;
+    while (x.size() < 256 * 128) {
+      // A value of four significant bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
+      // to 3 ulps; its amax by up to 2.
+      const float step = std::ldexp(1.0f + 0.0625f * static_cast<float>(rng() % 16), static_cast<int>(rng() % 19) - 10);
+      if (step > 464.0f) continue;
+      const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(step) + static_cast<uint32_t>(rng() % 7) - 3u);
+      const float amax = std::bit_cast<float>(std::bit_cast<uint32_t>(q * sixT) + static_cast<uint32_t>(rng() % 5) - 2u);
+      if (scalar::floatToFp8(amax * reciprocal, scalar::Fp8Format::E4M3) == scalar::nvfp4BlockScaleCode(amax, t)) continue;
+      ++differing;
+      const size_t near = rng() % 16;
+      for (size_t b = 0; b < 16; ++b) {
+        // Far blocks: a quotient of mantissa 1 + 2^-5 (2^18 ulps from a step's start), 2^-6 .. 2^8.
+        const float largest = b == near ? amax : std::ldexp(1.03125f, static_cast<int>(rng() % 15) - 6) * sixT;
+        x.push_back(rng() % 2 ? -largest : largest);
+        for (int i = 1; i < 16; ++i) x.push_back(largest * static_cast<float>(rng() % 1000) / 1000.0f);
+      }
+    }
+    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
+    ASSERT_EQ(got.codes, want.codes) << "t " << t;
+    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
+    compared += x.size() / 16;
+  }
+  std::printf("nvfp4 block scales whose product and quotient differ near an E4M3 step: %zu of %zu blocks on the %s path\n",
+              differing, compared, cpuPathName(GetParam()));
 }
 
 // int8's block encoder (nearest and stochastic rounding, with and without the residual) on every path
