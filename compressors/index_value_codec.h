@@ -82,8 +82,8 @@ class IndexValueCodec : public Compressor {
 
   void checkHeader(const WireHeader& h) const override { checkSparseHeader(h, name()); }
   void decodeImpl(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
-                  const ExecContext&) const override {
-    decodeSparseWire(h, payload, out, mode, name());
+                  const ExecContext& exec) const override {
+    decodeSparseWire(h, payload, out, mode, name(), exec);
   }
 
  private:

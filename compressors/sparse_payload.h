@@ -35,9 +35,10 @@ void checkSparseHeader(const WireHeader& h, const char* codec);
 // Checks every index (< n, strictly ascending) and value (finite) of a checked sparse header's payload;
 // throws DecodeError naming the first bad entry.
 void validateSparsePayload(const WireHeader& h, const std::byte* payload, const char* codec);
-// Validates the payload of a checked sparse header and scatters it into out (overwrite zeroes first).
+// Validates the payload of a checked sparse header and scatters it into out (overwrite zeroes first, on
+// exec's threads).
 void decodeSparseWire(const WireHeader& h, const std::byte* payload, std::span<float> out, DecodeMode mode,
-                      const char* codec);
+                      const char* codec, const ExecContext& exec);
 
 // The value actually carried for v (fp32 or fp16-rounded): what the receiver will decode.
 float sparseWireValue(float v, bool fp16Values);
