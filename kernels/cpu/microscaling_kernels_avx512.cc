@@ -445,13 +445,15 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, cons
     bool reciprocalsFinite;
   };
   GroupScales s[kScaleGroups];
-  __m512i nearStart = _mm512_set1_epi32(3), quarter = _mm512_set1_epi32(0x1fffff), nearLimit = _mm512_set1_epi32(6);
+  // (bits + 3) mod 2^21 in [0, 7]: within 3 ulps below a quarter's start or 4 above it (one vptestnmd
+  // where a mask and an unsigned compare for [0, 6] took two instructions per vector).
+  __m512i nearStart = _mm512_set1_epi32(3), nearStartBits = _mm512_set1_epi32(0x1ffff8);
   __m512i codeZeroFloor = _mm512_castps_si512(_mm512_set1_ps(0.2f));
   // Held in registers through the plain encode's code loops (GCC otherwise builds some anew at each use,
   // a move and a broadcast each, in the loop). Not with a residual, whose loop holds the decoder's lanes
   // too: pinned there, these pushed others to the stack (error feedback 1.5 ms slower per 16M values).
   if constexpr (!kResidual)
-    keepInRegisters(nearStart, quarter, nearLimit, codeZeroFloor, absMask, table.lo, table.hi, table.keyBase,
+    keepInRegisters(nearStart, nearStartBits, codeZeroFloor, absMask, table.lo, table.hi, table.keyBase,
                     table.keyMax, table.signBit);
   // One group's codes, from its scales. The codes are those of the quotient a / f correctly rounded (the
   // definition's), as the magnitudes are at hand; they take their signs from x. A code depends only on
@@ -475,8 +477,8 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, cons
       const __m512 product =
           _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), _mm512_set1_ps(gs.reciprocal[j]));
       const __m512i tested = _mm512_max_epu32(_mm512_castps_si512(product), codeZeroFloor);
-      const __m512i offset = _mm512_and_si512(_mm512_add_epi32(tested, nearStart), quarter);
-      nearStarts = static_cast<__mmask16>(nearStarts | _mm512_cmple_epu32_mask(offset, nearLimit));
+      nearStarts = static_cast<__mmask16>(nearStarts |
+                                          _mm512_testn_epi32_mask(_mm512_add_epi32(tested, nearStart), nearStartBits));
       return e2m1CodesOffEdges(_mm512_castps_si512(product), xb, table);
     };
     const auto quotientCodes = [&](int j, __m512i xb) GRADCOMP_AVX512_LAMBDA {
