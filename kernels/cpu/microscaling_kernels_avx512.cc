@@ -312,12 +312,13 @@ GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodes(__m512 amax, const Nvfp4ScaleLane
 }
 
 // nvfp4ScaleCodes with the product amax x fl(1 / fl(6 t)) in place of the quotient where that gives the
-// same codes: an E4M3 code (RNE, saturating at 448) changes only at a value with four significant bits
-// (a midpoint between neighbours, 2^-10 below the normal range, 464 above 448), so it is the same for all
-// fp32 numbers strictly inside a step of 2^19 ulps; the product is within 2 ulps of the quotient (the
-// reciprocal and the product each round once), so where it lies 4 or more ulps inside a step, both do
-// and neither is its start. Otherwise (a lane within 3 ulps of a step's start, about 7 in 2^19 of random
-// maxima; an overflowing product, at Inf's own step start) the 16 scales are divided. Products below
+// same codes: an E4M3 code (RNE, saturating at 448) changes only at a value with at most four fraction
+// bits (a midpoint between neighbours: 1.xxx1b x 2^e in the normal range, (2m + 1) x 2^-10 below it, 432
+// above which every value saturates to 448), so it is the same for all fp32 numbers strictly inside a
+// step of 2^19 ulps; the product is within 2 ulps of the quotient (the reciprocal and the product each
+// round once), so where it lies 4 or more ulps inside a step, both do and neither is its start.
+// Otherwise (a lane within 3 ulps of a step's start, about 7 in 2^19 of random maxima; an overflowing
+// product, at Inf's own step start) the 16 scales are divided. Products below
 // 2^-12 are tested as a value far inside its step: there both round to code 0 (below 2^-10, whose tie
 // goes to 0), and zero maxima (all-zero blocks of a sparse gradient) sit at a start. vdivps, 16 lanes per
 // 10 or more cycles on Intel cores, was a fifth of the group encoder's arithmetic with its two siblings.
@@ -337,9 +338,9 @@ GRADCOMP_AVX512 inline __m512i nvfp4ScaleCodesByProduct(__m512 amax, const Nvfp4
   return nvfp4ScaleCodes(amax, s, 0xffff, factors);
 }
 
-// 1 / d of positive normal d in [2^-125, 2^126), within 0.51 ulp: the 14-bit estimate (vrcp14ps, relative
+// 1 / d of positive normal d in [2^-125, 2^125), within 0.57 ulp: the 14-bit estimate (vrcp14ps, relative
 // error below 2^-14) and one Newton step by FMA, r + r (1 - d r), whose error is the estimate's squared
-// (2^-28) plus its own rounding. Three micro-ops where vdivps is a 10-cycle or longer occupation of
+// (2^-28, a sixteenth of an ulp) plus its own rounding. Three micro-ops where vdivps is a 10-cycle or longer occupation of
 // its port.
 GRADCOMP_AVX512 inline __m512 reciprocalsOf(__m512 d) {
   const __m512 r = _mm512_rcp14_ps(d);
@@ -420,7 +421,7 @@ GRADCOMP_AVX512 inline __m512i e2m1CodesOffEdges(__m512i a, __m512i xb, const E2
 // groups at a time in two phases: first every group's scales (the maxima by one transposing reduction,
 // or loaded where the tensor's first pass kept them: maxBits, one per block; the 16 scale codes, factors
 // and reciprocals in one register), then every group's codes (8 blocks packed together). A group's
-// scales are a chain of dependent steps (a reduction, two divisions, a conversion) that, with its codes
+// scales are a chain of dependent steps (a reduction, a conversion, a reciprocal) that, with its codes
 // right behind it, left the loop waiting on each group's chain; in phases the chains of the next groups
 // overlap each other. Stops before a last partial group or a group whose maximum is not finite; returns
 // the elements encoded. With kResidual, residual = x - value(code) x factor, the decoder's product, from
@@ -458,12 +459,13 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, cons
   // One group's codes, from its scales. The codes are those of the quotient a / f correctly rounded (the
   // definition's), as the magnitudes are at hand; they take their signs from x. A code depends only on
   // which quarter of a binade the quotient lies in, and on whether it is a quarter's start (an edge:
-  // e2m1Codes), so the product with r, 1 / f to within 0.51 ulp (reciprocalsOf), stands in for the
+  // e2m1Codes), so the product with r, 1 / f to within 0.57 ulp (reciprocalsOf), stands in for the
   // quotient wherever it lies 4 or more ulps from a quarter's start: fl(a x r) is within 2 ulps of
   // fl(a / f) (r's error and the two roundings, about 2^-24 each), so both are then inside the same
-  // quarter and neither is its start. 8 vectors with a lane nearer a start (about 7 in 2^21 of random
-  // values) are divided, and so is a group with a factor outside [2^-125, 2^126) (one at or near 2^-128,
-  // whose reciprocal is not a normal float). Products below 0.2 are tested as 0.2 (far from a
+  // quarter and neither is its start. 8 vectors with a lane nearer a start (about 8 in 2^21 of random
+  // values per lane) are divided, and so is a group with a factor outside [2^-125, 2^125) (one at or near
+  // 2^-128, whose reciprocal is not a normal float; near 2^125 and up, the 14-bit estimate of the
+  // reciprocal could be subnormal, and flushed to zero where a caller sets flush-to-zero). Products below 0.2 are tested as 0.2 (far from a
   // start): there both values round to code 0 (below 0.25, whose tie goes to 0 too), and exact zeros,
   // which sit at a start, would otherwise send every vector of a sparse gradient to the divider (a masked
   // compare instead of the maximum cost 6 % of the dense encode). vdivps bounded the encoder on Intel
@@ -547,12 +549,13 @@ GRADCOMP_AVX512 size_t encodeNvfp4Groups(const float* x, size_t n, float t, cons
       const __m512 divisors = _mm512_mask_mov_ps(factors, gs.zero, _mm512_set1_ps(1.0f));
       _mm512_store_ps(gs.divisor, divisors);
       if constexpr (kResidual) _mm512_store_ps(gs.decodeFactor, factors);
-      // The products stand in for quotients only with divisors in [2^-125, 2^126), whose reciprocals
-      // reciprocalsOf gives to within 0.51 ulp (a factor at or near 2^-128 divides its group).
+      // The products stand in for quotients only with divisors in [2^-125, 2^125), whose reciprocals
+      // reciprocalsOf gives to within 0.57 ulp (a factor at or near 2^-128 divides its group; so does one
+      // past 2^125, which only a t near the largest a decoder accepts reaches).
       const __m512i divisorBits = _mm512_castps_si512(divisors);
       gs.reciprocalsFinite =
           _mm512_cmplt_epu32_mask(_mm512_sub_epi32(divisorBits, _mm512_set1_epi32(0x01000000)),
-                                  _mm512_set1_epi32(0x7e800000 - 0x01000000)) == 0xffff;
+                                  _mm512_set1_epi32(0x7e000000 - 0x01000000)) == 0xffff;
       const __m512 reciprocals = reciprocalsOf(divisors);
       _mm512_store_ps(gs.reciprocal, reciprocals);
       // Saturation: a block's largest quotient is its maximum's (division is monotonic), so only the

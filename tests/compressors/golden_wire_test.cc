@@ -134,6 +134,39 @@ TEST_P(GoldenWire, EveryCodecConfigurationGivesTheCommittedBytes) {
               cpu::compiledWithAvx512() ? ", with AVX-512 enabled" : "");
 }
 
+// The golden input fits one tile; a long tensor spans many, on one or two threads, across nvfp4's kept
+// block maxima (one word per block, found by the amax pass in 2^16-value chunks and read by each 8192-value
+// tile at its own offset) and the rotation's chunks (checked by the maximum the rotation read). Its bytes
+// must be the scalar path's on every path and thread count.
+TEST_P(GoldenWire, LongTensorsGiveTheScalarPathsBytesOnEveryTileAndThreadCount) {
+  const size_t n = (size_t{1} << 19) + 37;  // two threads' worth, a partial last block
+  std::vector<float> x = goldenInput(3);
+  while (x.size() < n) {
+    const std::vector<float> more = goldenInput(static_cast<uint64_t>(x.size()));
+    x.insert(x.end(), more.begin(), more.end());
+  }
+  x.resize(n);
+  for (size_t i = 70000; i < 70000 + 4096; ++i) x[i] = 0.0f;  // zero blocks past the first chunk
+  x[200001] = 3e30f;                                           // one block's scale far above the rest
+  const EncodeContext ctx{42, 3, 17, 5, 0};
+  ExecContext two;
+  two.cpuThreads = 2;
+  for (const char* spec : {"nvfp4", "int4:rotate=hadamard", "mxfp4"}) {
+    SCOPED_TRACE(spec);
+    const auto codec = makeCompressor(spec);
+    const cpu::CpuPath path = cpu::activeCpuPath();
+    cpu::setCpuPath(cpu::CpuPath::Scalar);
+    const auto want = testing::encodeToVector(*codec, x, ctx);
+    cpu::setCpuPath(path);
+    EXPECT_EQ(testing::encodeToVector(*codec, x, ctx), want) << "one thread";
+    const size_t cap = codec->maxEncodedBytes(n, ctx);
+    testing::WireBuffer buf(cap);
+    const EncodeResult r = codec->encode(x, buf.span(cap), ctx, two);
+    const auto got = buf.span(r.wireBytes);
+    EXPECT_EQ(std::vector<std::byte>(got.begin(), got.end()), want) << "two threads";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuPaths, GoldenWire,
                          ::testing::Values(cpu::CpuPath::Avx512, cpu::CpuPath::Avx2, cpu::CpuPath::Scalar), cpu::cpuPathTestName);
 

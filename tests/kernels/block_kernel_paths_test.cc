@@ -178,8 +178,8 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
   const float edges[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f};
   std::mt19937_64 rng(14);
   size_t compared = 0;
-  // Factors from about 2^-120 to 2^125 (0x1p116 is about the largest t a decoder accepts, FLT_MAX / 2688):
-  // the quotients near each edge for scales of every magnitude, and reciprocals near FLT_MIN.
+  // Factors from 2^-109 to about 2^125 (0x1p116 is about the largest t a decoder accepts, FLT_MAX / 2688):
+  // the quotients near each edge for scales of every magnitude, and factors past 2^125 (divided).
   for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f}) {
     const size_t n = 4096 + 16;  // 16 whole groups and one block
     std::vector<float> x(n);
@@ -250,7 +250,7 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
               differing, cpuPathName(GetParam()));
 }
 
-// NVFP4 block maxima whose quotient amax / fl(6 t) lies within 3 ulps of a value of four significant bits
+// NVFP4 block maxima whose quotient amax / fl(6 t) lies within 3 ulps of a value of four fraction bits
 // (where an E4M3 scale code can change) and whose product with fl(1 / fl(6 t)) has another E4M3 code than
 // the quotient: where a product standing in for the quotient (the AVX-512 group encoder's scales) would
 // pick another scale. One such block per group of 16, the others' quotients far inside their steps, so
@@ -262,7 +262,7 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
     const float sixT = scalar::mulRn(6.0f, t), reciprocal = 1.0f / sixT;
     std::vector<float> x;
     while (x.size() < 256 * 128) {
-      // A value of four significant bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
+      // A value of four fraction bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
       // to 3 ulps; its amax by up to 2.
       const float step = std::ldexp(1.0f + 0.0625f * static_cast<float>(rng() % 16), static_cast<int>(rng() % 19) - 10);
       if (step > 464.0f) continue;
@@ -287,6 +287,39 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
   }
   std::printf("nvfp4 block scales whose product and quotient differ near an E4M3 step: %zu of %zu blocks on the %s path\n",
               differing, compared, cpuPathName(GetParam()));
+}
+
+// NVFP4 blocks whose largest quotient x / f lies within 4 ulps of E2M1's overflow midpoint (7): the
+// saturation count, which the AVX-512 group encoder screens by the product with fl(1 / f) 4 ulps short of
+// the midpoint, must be the scalar reference's. Only a saturated block scale (448, with a t too small for
+// the tensor) lets a quotient reach 7; elements past 7 in the same blocks are counted too.
+TEST_P(BlockKernelPaths, Nvfp4SaturationNearTheOverflowMidpointIsCounted) {
+  std::mt19937_64 rng(17);
+  size_t counted = 0;
+  for (const float t : {0.01f, 3.1e-7f, 0.7f}) {
+    const float f = scalar::mulRn(448.0f, t);
+    ASSERT_EQ(scalar::nvfp4BlockScaleCode(7.0f * f, t), 0x7e) << "t " << t;  // the scale saturates at 448
+    std::vector<float> x;
+    while (x.size() < 256 * 64) {
+      const float near = std::bit_cast<float>(std::bit_cast<uint32_t>(7.0f * f) + static_cast<uint32_t>(rng() % 9) - 4u);
+      x.push_back(rng() % 2 ? -near : near);
+      for (int i = 1; i < 16; ++i) {
+        const float v = rng() % 4 == 0 ? std::bit_cast<float>(std::bit_cast<uint32_t>(near) + static_cast<uint32_t>(rng() % 9) - 4u)
+                                       : near * static_cast<float>(rng() % 1000) / 1000.0f;
+        x.push_back(rng() % 2 ? -v : v);
+      }
+    }
+    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    ASSERT_GT(want.saturated, 0u);
+    ASSERT_LT(want.saturated, x.size() / 4);  // some near values are just below the midpoint
+    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
+    ASSERT_EQ(got.codes, want.codes) << "t " << t;
+    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
+    counted += want.saturated;
+  }
+  std::printf("nvfp4 saturation near the overflow midpoint: %zu values counted on the %s path\n", counted,
+              cpuPathName(GetParam()));
 }
 
 // int8's block encoder (nearest and stochastic rounding, with and without the residual) on every path

@@ -194,6 +194,34 @@ TEST(HadamardRotation, EveryBlockSizeGivesTheDefinitionsBitsAndAChunkRotatesAsIn
   }
 }
 
+// rotateForward's inputMaxBits is the largest |x| of the run as fp32 bits, wherever it lies: in a whole
+// block, in the tail's small blocks (the generic steps), at the first and last element, as +-Inf or NaN
+// (whose bits are larger than any finite value's), and when y aliases x (the maximum is read before the
+// block is overwritten). The encoder's NaN/Inf and range check rests on it.
+TEST(HadamardRotation, ForwardReportsTheLargestMagnitudeItRead) {
+  const scalar::RotationKey key{5, 8, 13};
+  for (size_t b : {size_t{2}, size_t{16}, size_t{64}, size_t{256}}) {
+    for (size_t n : {b, 3 * b + b / 2 + 7, size_t{1000}}) {
+      const auto x = normal(n, 22);
+      for (size_t at : {size_t{0}, n / 2, n - 1}) {
+        for (const float special : {-3e30f, 0x1p100f, INFINITY, -INFINITY, NAN}) {
+          SCOPED_TRACE(::testing::Message() << "n " << n << " b " << b << " at " << at << " value " << special);
+          std::vector<float> v = x, y(n);
+          v[at] = special;
+          uint32_t want = 0;
+          for (const float e : v) want = std::max(want, std::bit_cast<uint32_t>(e) & 0x7fffffffu);
+          uint32_t got = 0xdeadbeef;
+          rotateForward(v.data(), y.data(), n, b, key, 1.0f, 0, &got);
+          ASSERT_EQ(got, want);
+          got = 0xdeadbeef;
+          rotateForward(v.data(), v.data(), n, b, key, 1.0f, 0, &got);  // in place
+          ASSERT_EQ(got, want);
+        }
+      }
+    }
+  }
+}
+
 TEST(HadamardRotation, InverseSaturatesAtTheEdgeOfTheRangeInsteadOfOverflowing) {
   std::vector<float> y = {1.0e38f, 0.5e38f};  // the butterflies stay finite, the postscale does not
   rotateInverse(y.data(), y.data(), 2, 2, {0, 0, 0}, 4.0f);
