@@ -57,8 +57,8 @@ class Nvfp4Codec final : public BlockCodec {
   bool paramReadsValues() const override { return true; }
   // The plain encode's amax pass keeps each block's largest magnitude where the encoder reads them
   // (cpu::nvfp4EncodeUsesBlockMaxima): found in the same time as the amax alone (its reductions hide under
-  // the read's memory stalls), they spare the tiles their own reductions (nvfp4 encode 7.3 -> 6.5 ms per
-  // 16M values on the Xeon of 2026-12-05, one thread).
+  // the read's memory stalls), they spare the tiles their own reductions (amax + encode 7.75 -> 6.95 ms per
+  // 16M values on the Xeon of 2026-12-05, one thread; docs/notes.md, seventeenth part).
   uint32_t paramKeepingBlockWords(const float* x, uint64_t n, const ExecContext& exec,
                                   std::unique_ptr<uint32_t[]>& words) const override {
     if (exec.device == Device::Cuda || !cpu::nvfp4EncodeUsesBlockMaxima(kNvfp4Block))
