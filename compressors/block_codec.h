@@ -193,6 +193,12 @@ void forBlocksInTile(uint64_t begin, uint64_t count, uint32_t blockSize, Fn&& fn
     fn((begin + off) / blockSize, off, count - off < blockSize ? count - off : uint64_t{blockSize});
 }
 
+// Whether decodeImpl's overwrite decode of this payload (into the caller's out, past 16 MiB) streams: out is
+// then far larger than the caches, so its lines are written without being read first (decodeImpl fences
+// each thread's streamed stores). Only there: the error-feedback path decodes into a scratch tile that is
+// read right back.
+inline bool streamsDecode(const WireHeader& h) { return h.numElements >= (uint64_t{1} << 22); }
+
 // A per-thread scratch buffer of at least n floats (the Philox uniforms of one tile).
 float* scratchUniforms(uint64_t n);
 // A per-thread scratch buffer of at least n bytes (one tile's codes before bit packing).

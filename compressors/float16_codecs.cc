@@ -21,11 +21,6 @@ namespace {
 constexpr float kHalfMax = 65504.0f;
 constexpr uint32_t kFloatInfBits = 0x7f800000u;  // |bits| at or above: Inf or NaN
 
-// decodeImpl's overwrite decode into the caller's out past 16 MiB: out is far larger than the caches, so
-// its lines are written without being read first (decodeImpl fences each thread's streamed stores).
-// Only there: the error-feedback path decodes into a scratch tile that is read right back.
-bool streamsDecode(const WireHeader& h) { return h.numElements >= (uint64_t{1} << 22); }
-
 // Decoding is code x fl(1 / prescale): every fp16 value decodes finite iff 65504 does.
 bool prescaleDecodes(float p) { return std::isnormal(p) && scalar::reciprocalScaleDecodes(p, kHalfMax); }
 

@@ -60,6 +60,18 @@ class Int8Codec final : public BlockCodec {
     GRADCOMP_CHECK(bad == h.numElements, DecodeError, name(), ": code -128 at element ", bad,
                    " is outside the symmetric range [-127, 127]");
   }
+  // The overwrite decode checks each tile's scales and codes in its own pass (validatePayload's checks):
+  // a separate validation pass read the 16 MiB of codes of 16M values once more.
+  bool validatesPerTile() const override { return true; }
+  uint64_t decodeTileValidated(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count,
+                               float* out) const override {
+    const Sections sec = sections(h);
+    const size_t bad = cpu::decodeInt8BlocksChecked(reinterpret_cast<const int8_t*>(payload + sec.offset[1]) + begin,
+                                                    count, h.blockSize,
+                                                    reinterpret_cast<const float*>(payload + sec.offset[0]) + begin / h.blockSize,
+                                                    scaleRule(h), out, streamsDecode(h));
+    return bad != count ? bad : EncodeResult::kNoIndex;
+  }
   void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                   bool accumulate) const override {
     const Sections sec = sections(h);

@@ -622,6 +622,49 @@ void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, boo
   }
 }
 
+size_t decodeInt8BlocksChecked(const int8_t* codes, size_t n, size_t blockSize, const float* scales,
+                               const scalar::ScaleRule& rule, float* out, bool streamOut) {
+#ifdef GRADCOMP_HAVE_AVX2
+  // Streamed where every block's vectors start on a 16-byte boundary of out (malloc's alignment), as two
+  // 16-byte non-temporal stores (they fill the same write-combining line as one of 32 bytes would).
+  streamOut = streamOut && blockSize % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+#else
+  (void)streamOut;  // only the vector path streams
+#endif
+  for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+    const size_t len = std::min(blockSize, n - b0);
+    if (!scalar::scaleAccepted(scales[block], rule)) return b0;
+    const float inv = 1.0f / scales[block];
+    const int8_t* c = codes + b0;
+    float* o = out + b0;
+    size_t i = 0;
+#ifdef GRADCOMP_HAVE_AVX2
+    const __m256 vInv = _mm256_set1_ps(inv);
+    const __m128i minimum = _mm_set1_epi8(INT8_MIN);
+    __m128i seen = _mm_setzero_si128();  // lanes where a code was -128
+    const auto decoded = [&](size_t k) {
+      const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + k));
+      seen = _mm_or_si128(seen, _mm_cmpeq_epi8(raw, minimum));
+      return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)), vInv);
+    };
+    if (streamOut)
+      for (; i + 8 <= len; i += 8) {
+        const __m256 v = decoded(i);
+        _mm_stream_ps(o + i, _mm256_castps256_ps128(v));
+        _mm_stream_ps(o + i + 4, _mm256_extractf128_ps(v, 1));
+      }
+    else
+      for (; i + 8 <= len; i += 8) _mm256_storeu_ps(o + i, decoded(i));
+    if (!_mm_testz_si128(seen, seen)) return b0 + firstInt8Minimum(c, len);
+#endif
+    for (; i < len; ++i) {
+      if (c[i] == INT8_MIN) return b0 + i;
+      o[i] = static_cast<float>(c[i]) * inv;
+    }
+  }
+  return n;
+}
+
 namespace {
 
 // fillUniforms at kRoundingBits random bits per element (the stream's roundingBits, 8 or 16).

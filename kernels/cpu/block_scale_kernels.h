@@ -9,6 +9,7 @@
 
 #include "kernels/scalar/float_formats.h"
 #include "kernels/scalar/philox.h"
+#include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::cpu {
 
@@ -58,6 +59,13 @@ size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float*
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
                               bool* nonFinite = nullptr, float* residual = nullptr);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
+// The overwrite decode of a tile's int8 blocks (blockSize each, a shorter last one) with the payload's
+// checks in the same pass: block b's scale accepted by `rule` and no code -128, or the index of the first
+// element of a block with a rejected scale, or of the first -128, is returned (n when none; out is then
+// partly written). decodeInt8Block's values. streamOut: non-temporal stores on the vector path, for
+// outputs far larger than the caches (the caller ends with fenceStreamedStores()).
+size_t decodeInt8BlocksChecked(const int8_t* codes, size_t n, size_t blockSize, const float* scales,
+                               const scalar::ScaleRule& rule, float* out, bool streamOut);
 // Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the
 // codes as two's complement nibbles, LSB-first (element 2j in the low nibble of packed[j]; a last odd
 // element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock. firstBad (when

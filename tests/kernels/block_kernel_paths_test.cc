@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/block_scale_kernels.h"
+#include "kernels/cpu/cast_kernels.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/cpu/microscaling_kernels.h"
@@ -619,6 +620,56 @@ TEST_P(LevelKernelPaths, TernDecodeGivesTheScalarBits) {
 // documents, written out: element i adds its exact double square to lane i mod 4 of its block, in order,
 // and the block's sum is (lane 0 + lane 1) + (lane 2 + lane 3). Bit for bit, for block sizes that take the
 // four-block loop (multiples of 8) and ones that do not, with a short last block and a non-finite value.
+// int8's overwrite decode with its checks in the same pass (decodeInt8BlocksChecked, the codec's
+// per-tile decode): decodeInt8Block's values bit for bit with plain and streamed stores, on aligned and
+// unaligned outputs, at block sizes on both sides of the 8-lane loop; and the first element of a block
+// with a rejected scale, or the first -128, reported wherever it lies.
+TEST(Int8CheckedDecode, GivesDecodeInt8BlocksValuesAndFindsTheFirstBadScaleOrCode) {
+  const scalar::ScaleRule rule{.reciprocalOf = 127.0f};
+  std::mt19937_64 rng(18);
+  size_t compared = 0;
+  for (const size_t blockSize : {1ul, 7ul, 8ul, 100ul, 256ul})
+    for (const size_t n : {0ul, 5ul, 256ul, 1000ul, 4096ul + 3}) {
+      const size_t blocks = (n + blockSize - 1) / blockSize;
+      std::vector<int8_t> codes(n);
+      for (auto& c : codes) c = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+      std::vector<float> scales(blocks);
+      for (auto& s : scales) s = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 40) - 20);
+      std::vector<float> want(n);
+      for (size_t b = 0; b < blocks; ++b)
+        decodeInt8Block(codes.data() + b * blockSize, std::min(blockSize, n - b * blockSize), scales[b],
+                        want.data() + b * blockSize, false);
+      for (const bool stream : {false, true})
+        for (const size_t shift : {0ul, 1ul, 4ul}) {  // out 64-byte aligned, one float past it, 16 bytes past it
+          std::vector<float> buffer(n + 32, -1.0f);
+          const size_t toLine = (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64 / sizeof(float);
+          float* out = buffer.data() + toLine + shift;
+          ASSERT_EQ(decodeInt8BlocksChecked(codes.data(), n, blockSize, scales.data(), rule, out, stream), n);
+          fenceStreamedStores();
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want[i]))
+                << "block " << blockSize << " n " << n << " stream " << stream << " shift " << shift << " at " << i;
+          compared += n;
+          if (n == 0) continue;
+          // A -128 anywhere, then a rejected scale (zero, negative, NaN, Inf, too small for 127 x 1 / s)
+          // in a block before or after it: the earlier is reported.
+          const size_t at = rng() % n;
+          auto badCodes = codes;
+          badCodes[at] = INT8_MIN;
+          EXPECT_EQ(decodeInt8BlocksChecked(badCodes.data(), n, blockSize, scales.data(), rule, out, stream), at);
+          const float badScales[] = {0.0f, -1.0f, NAN, INFINITY, 1e-38f};
+          const size_t block = rng() % blocks;
+          auto withBadScale = scales;
+          withBadScale[block] = badScales[rng() % std::size(badScales)];
+          EXPECT_EQ(decodeInt8BlocksChecked(badCodes.data(), n, blockSize, withBadScale.data(), rule, out, stream),
+                    std::min(at, block * blockSize))
+              << "scale " << withBadScale[block];
+          fenceStreamedStores();
+        }
+    }
+  std::printf("int8 checked decode: %zu values equal decodeInt8Block's\n", compared);
+}
+
 TEST(BlockSumSquares, EveryBlockInAnyGroupingEqualsTheDocumentedOrder) {
   size_t compared = 0;
   for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{8}, size_t{24}, size_t{1000}, size_t{7}})
