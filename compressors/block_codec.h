@@ -112,7 +112,7 @@ class BlockCodec : public Compressor {
   virtual void decodeTile(const WireHeader& h, const std::byte* payload, uint64_t begin, uint64_t count, float* out,
                           bool accumulate) const = 0;
   // Overwrite-decoding with the payload read once: codecs whose codes can be checked a tile at a time
-  // (the casts) check the tile's codes, then decode it from L1, and return the first bad code's index in
+  // (the casts, int8) check the tile's codes (and scales), then decode it, and return the first bad index in
   // the tile (kNoIndex: none). decodeImpl then zero-fills out and throws validatePayload's error, so a
   // rejected payload never leaves a partial decode. Default: no (validatePayload runs first).
   virtual bool validatesPerTile() const { return false; }

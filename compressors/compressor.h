@@ -5,7 +5,7 @@
 //  * encode rejects NaN/Inf input with a NonFiniteError naming the tensor and the first bad index.
 //  * decode trusts nothing: the header and the payload's size are validated before the first write to
 //    `out`, and so is every code and scale when accumulating. Overwrite-decoding may check the codes a
-//    tile at a time as it decodes (the casts: the payload is then read once); a rejected payload then
+//    tile at a time as it decodes (the casts and int8: the payload is then read once); a rejected payload then
 //    leaves `out` all zeros, never a partial decode.
 //  * decode(..., Accumulate) adds into `out` in fp32 and equals overwrite-decoding then adding.
 //  * encodeWithResidual(g, e, e') writes C(g + e) and e' = (g + e) - decode(C(g + e)): the primitive

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -188,6 +189,44 @@ TEST(PayloadValidation, AnInfCodeInALaterTileLeavesZerosNotAPartialDecode) {
     std::vector<float> sum(n, 42.0f);
     EXPECT_THROW(c->decode(w, sum, DecodeMode::Accumulate), DecodeError);
     EXPECT_TRUE(std::all_of(sum.begin(), sum.end(), [](float v) { return v == 42.0f; }));
+  }
+}
+
+// int8 checks each tile's scales and codes in its overwrite decode's own pass, and past 16 MiB streams its
+// output: a -128 or a rejected scale in the last tile leaves out all zeros (never the tiles before it) and
+// is named; accumulating checks first and leaves the sum untouched; an accepted payload decodes to the
+// values the accumulating decode adds, bit for bit, on the plain and the streamed path.
+TEST(PayloadValidation, Int8ChecksEachTileAsItDecodesAndLeavesZerosNotAPartialDecode) {
+  auto c = makeCompressor("int8");
+  for (const size_t n : {size_t{8192}, (size_t{1} << 22) + 1024}) {  // 32 / 16388 blocks: 16-byte scale sections
+    SCOPED_TRACE(n);
+    const std::vector<float> x = normalVector(n, 9);
+    const auto wire = encodeToVector(*c, x);
+    const size_t blocks = n / 256, codes = 48 + 4 * blocks;
+    std::vector<float> out(n, 42.0f), sum(n, 0.0f);
+    c->decode(wire, out, DecodeMode::Overwrite);
+    c->decode(wire, sum, DecodeMode::Accumulate);
+    ASSERT_EQ(std::memcmp(out.data(), sum.data(), n * sizeof(float)), 0);
+    const auto refused = [&](std::vector<std::byte> w, const std::string& named) {
+      std::fill(out.begin(), out.end(), 42.0f);
+      try {
+        c->decode(w, out, DecodeMode::Overwrite);
+        ADD_FAILURE() << "accepted: " << named;
+      } catch (const DecodeError& e) {
+        EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+      }
+      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::bit_cast<uint32_t>(v) == 0; }));
+      std::vector<float> untouched(n, 42.0f);
+      EXPECT_THROW(c->decode(w, untouched, DecodeMode::Accumulate), DecodeError);
+      EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == 42.0f; }));
+    };
+    auto badCode = wire;
+    badCode[codes + n - 5] = std::byte{0x80};
+    refused(badCode, "code -128 at element " + std::to_string(n - 5));
+    auto badScale = wire;
+    const float zero = 0.0f;
+    std::memcpy(badScale.data() + 48 + 4 * (blocks - 1), &zero, 4);
+    refused(badScale, "block " + std::to_string(blocks - 1) + " carries an invalid scale");
   }
 }
 
