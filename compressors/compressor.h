@@ -73,6 +73,16 @@ class Compressor {
     return maxEncodedBytes(numElements);
   }
 
+  // omega for an unbiased stochastic codec on n elements: E||C(x) - x||^2 <= omega ||x||^2 for every x (the
+  // expectation over its random stream; E C(x) = x). 0 for the others (deterministic or biased codecs,
+  // which error feedback needs no scaling for). Error feedback assumes a contractive compressor
+  // (E||C(x) - x||^2 < ||x||^2); an unbiased one with omega >= 1 is not, but C / (1 + omega) is
+  // (ef:scale=auto, compressors/error_feedback.h).
+  virtual double varianceBound(size_t numElements) const {
+    (void)numElements;
+    return 0.0;
+  }
+
   // Entries a sparse codec sends for n elements without an override (0 for dense codecs).
   virtual uint64_t sparseEntries(size_t numElements) const {
     (void)numElements;

@@ -24,23 +24,60 @@ class NoFeedback final : public ErrorFeedback {
   }
 };
 
-// Buffer 0: the residual e.
+// Buffer 0: the residual e. With scale=auto, wire = C(gamma c) for gamma = 1 / (1 + omega) (the codec's
+// varianceBound): an unbiased codec's C is positively homogeneous (its scale, norm or maximum scales with
+// c, its levels and random draws do not), so D(wire) is distributed as gamma D(C(c)), and
+// E||gamma C(c) - c||^2 <= (1 - gamma) ||c||^2: contractive, which error feedback assumes. The residual
+// is c - D(wire) either way, so the invariant g + e_before == D(wire) + e_after holds unchanged.
 class ResidualFeedback final : public ErrorFeedback {
  public:
-  explicit ResidualFeedback(const CodecSpec& spec) : ErrorFeedback(spec, 1) {}
+  explicit ResidualFeedback(const CodecSpec& spec)
+      : ErrorFeedback(spec, 1), scaled_(spec.getChoiceOmittedAtDefault("scale", "none", {"none", "auto"}) == "auto") {}
   bool sliceable() const override { return true; }
 
  protected:
   EncodeResult compressSliceFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                                    const EncodeContext& ctx, std::span<float> residual) override {
-    return codec.encodeWithResidual(grad, residual, residual, wire, ctx);
+    return step(codec, grad, residual, wire, ctx);
   }
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                               const EncodeContext& ctx, TensorState& st) override {
     // In place: the gradient was checked finite before any state is touched, and a residual that
     // overflows mid-pass is reset to zero by the caller, so no copy is needed for a rollback.
-    return codec.encodeWithResidual(grad, st.buffers[0], st.buffers[0], wire, ctx);
+    return step(codec, grad, st.buffers[0], wire, ctx);
   }
+
+ private:
+  EncodeResult step(const Compressor& codec, std::span<const float> grad, std::span<float> residual,
+                    std::span<std::byte> wire, const EncodeContext& ctx) {
+    const double omega = codec.varianceBound(grad.size());
+    if (!scaled_ || omega <= 0.0) {
+      if (omega >= 1.0 && !warnedNotContractive_) {
+        warnedNotContractive_ = true;
+        warn(detail::concat("error feedback 'ef' with codec '", codec.canonicalSpec(), "': its variance bound omega = ",
+                            omega, " on ", grad.size(), " values is >= 1, so it is not contractive and the residual "
+                            "can grow without bound; ef:scale=auto sends C(c) / (1 + omega) instead"));
+      }
+      return codec.encodeWithResidual(grad, residual, residual, wire, ctx);
+    }
+    // c = g + e and gamma c in scratch; the residual is written only after the encode succeeded.
+    const size_t n = grad.size();
+    const float gamma = static_cast<float>(1.0 / (1.0 + omega));
+    std::vector<float>& buffer = scratch(2 * n);
+    float* c = buffer.data();
+    float* sent = buffer.data() + n;
+    for (size_t i = 0; i < n; ++i) {
+      c[i] = grad[i] + residual[i];
+      sent[i] = gamma * c[i];
+    }
+    const EncodeResult r = codec.encode({sent, n}, wire, ctx);
+    codec.decode(wire.first(r.wireBytes), {sent, n}, DecodeMode::Overwrite);
+    for (size_t i = 0; i < n; ++i) residual[i] = c[i] - sent[i];
+    return r;
+  }
+
+  bool scaled_;
+  bool warnedNotContractive_ = false;
 };
 
 // Buffer 0: -h (this worker's estimate, negated so the fused primitive computes g - h);

@@ -47,6 +47,12 @@ class QsgdCodec final : public BlockCodec {
     t.stochastic = true;
     return t;
   }
+  // Alistarh et al. 2017, Lemma 3.1, per block of d values at s levels: min(d / s^2, sqrt(d) / s).
+  double varianceBound(size_t n) const override {
+    const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
+    const double s = scalar::qsgdLevels(bits_);
+    return std::min(d / (s * s), std::sqrt(d) / s);
+  }
 
  protected:
   Sections sections(const WireHeader& h) const override { return scaleAndCodeSections(h, 4, codeBits(h)); }
@@ -142,6 +148,10 @@ class TernGradCodec final : public BlockCodec {
     CompressorTraits t;
     t.stochastic = true;
     return t;
+  }
+  // Per block of d values, E||C(x)||^2 = max|x| ||x||_1 <= sqrt(d) ||x||^2: omega = sqrt(d) - 1.
+  double varianceBound(size_t n) const override {
+    return std::sqrt(static_cast<double>(std::min<size_t>(n, blockSize()))) - 1.0;
   }
 
  protected:

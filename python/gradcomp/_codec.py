@@ -102,6 +102,11 @@ class Codec:
     def sparse_entries(self, n: int) -> int:
         return self._c.sparse_entries(n)
 
+    def variance_bound(self, n: int) -> float:
+        """omega with E||C(x) - x||^2 <= omega ||x||^2 for an unbiased stochastic codec on n values (0 for the
+        deterministic and the biased ones); ErrorFeedback("ef:scale=auto") sends C / (1 + omega)."""
+        return self._c.variance_bound(n)
+
     def __repr__(self) -> str:
         return f"Codec({self.canonical_spec!r})"
 
