@@ -77,9 +77,11 @@ class Compressor {
   // expectation over its random stream; E C(x) = x). 0 for the others (deterministic or biased codecs,
   // which error feedback needs no scaling for). Error feedback assumes a contractive compressor
   // (E||C(x) - x||^2 < ||x||^2); an unbiased one with omega >= 1 is not, but C / (1 + omega) is
-  // (ef:scale=auto, compressors/error_feedback.h).
-  virtual double varianceBound(size_t numElements) const {
+  // (ef:scale=auto, compressors/error_feedback.h). kOverride: the entries a sparse codec sends when the
+  // encode's context overrides them (EncodeContext::kOverride; 0: its own budget).
+  virtual double varianceBound(size_t numElements, uint64_t kOverride = 0) const {
     (void)numElements;
+    (void)kOverride;
     return 0.0;
   }
 

@@ -3,10 +3,11 @@
 //
 //   none  wire = C(g)
 //   ef    c = g + e; wire = C(c); e <- c - D(wire)                 (Seide et al.; Karimireddy et al.)
-//         ef:scale=auto: wire = C(c / (1 + omega)), omega the codec's varianceBound (0: plain ef). An
-//         unbiased codec with omega >= 1 (qsgd at 4 bits, terngrad) is not contractive, and plain ef's
-//         residual then grows without bound (ef warns once); C / (1 + omega) is contractive (Beznosikov
-//         et al. 2020), and these codecs scale with their input, so encoding c / (1 + omega) sends it.
+//         ef:scale=auto: wire = C(c / (1 + omega)) where the codec's varianceBound omega is >= 1 (plain
+//         ef where it is below: contractive already). An unbiased codec with omega >= 1 (qsgd at 4 bits,
+//         terngrad) is not contractive, and plain ef's residual can then grow without bound (ef warns
+//         once); C / (1 + omega) is contractive (Beznosikov et al. 2020), and these codecs scale with
+//         their input, so encoding c / (1 + omega) sends it.
 //   ef21  wire = C(g - h); h <- h + D(wire); after the all-reduce the optimizer sees H <- H + sum
 //         (Richtarik, Sokolov, Fatkhullin 2021; h is this worker's estimate, H the shared one)
 //   ef21-sgdm  v <- (1 - eta) v + eta g; then ef21 on v: wire = C(v - h); h <- h + D(wire); H <- H + sum

@@ -24,11 +24,13 @@ class NoFeedback final : public ErrorFeedback {
   }
 };
 
-// Buffer 0: the residual e. With scale=auto, wire = C(gamma c) for gamma = 1 / (1 + omega) (the codec's
-// varianceBound): an unbiased codec's C is positively homogeneous (its scale, norm or maximum scales with
-// c, its levels and random draws do not), so D(wire) is distributed as gamma D(C(c)), and
-// E||gamma C(c) - c||^2 <= (1 - gamma) ||c||^2: contractive, which error feedback assumes. The residual
-// is c - D(wire) either way, so the invariant g + e_before == D(wire) + e_after holds unchanged.
+// Buffer 0: the residual e. With scale=auto and a codec that is not contractive (varianceBound omega >= 1),
+// wire = C(gamma c) for gamma = 1 / (1 + omega): an unbiased codec's C is positively homogeneous (its
+// scale, norm or maximum scales with c, its levels and random draws do not), so D(wire) is distributed as
+// gamma D(C(c)), and E||gamma C(c) - c||^2 = (1 - gamma) ||c||^2 at the bound: contractive, which error
+// feedback assumes. The residual is c - D(wire) either way, so the invariant g + e_before == D(wire) +
+// e_after holds unchanged. A codec with omega < 1 is contractive as it is (delta = 1 - omega) and keeps
+// the fused step, bit for bit plain ef.
 class ResidualFeedback final : public ErrorFeedback {
  public:
   explicit ResidualFeedback(const CodecSpec& spec)
@@ -50,8 +52,8 @@ class ResidualFeedback final : public ErrorFeedback {
  private:
   EncodeResult step(const Compressor& codec, std::span<const float> grad, std::span<float> residual,
                     std::span<std::byte> wire, const EncodeContext& ctx) {
-    const double omega = codec.varianceBound(grad.size());
-    if (!scaled_ || omega <= 0.0) {
+    const double omega = codec.varianceBound(grad.size(), ctx.kOverride);
+    if (!scaled_ || omega < 1.0) {
       if (omega >= 1.0 && !warnedNotContractive_) {
         warnedNotContractive_ = true;
         warn(detail::concat("error feedback 'ef' with codec '", codec.canonicalSpec(), "': its variance bound omega = ",

@@ -31,7 +31,7 @@ class Int8Codec final : public BlockCodec {
   }
   // Stochastic rounding to a step of amax / 127 per block of d values: at most step^2 / 4 per value, and
   // amax^2 <= ||x||^2, so omega = d / (4 x 127^2). Nearest rounding is deterministic: 0.
-  double varianceBound(size_t n) const override {
+  double varianceBound(size_t n, uint64_t) const override {
     const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
     return stochastic_ ? d / (4.0 * 127.0 * 127.0) : 0.0;
   }

@@ -47,11 +47,13 @@ class QsgdCodec final : public BlockCodec {
     t.stochastic = true;
     return t;
   }
-  // Alistarh et al. 2017, Lemma 3.1, per block of d values at s levels: min(d / s^2, sqrt(d) / s).
-  double varianceBound(size_t n) const override {
+  // Per block of d values at s levels (Alistarh et al. 2017, Lemma 3.1, with its first term made exact):
+  // a value rounds between two levels norm / s apart with variance (norm / s)^2 p (1 - p), at most
+  // (norm / s)^2 / 4, so d / (4 s^2) over the block; and at most (norm / s) |x_i|, so sqrt(d) / s.
+  double varianceBound(size_t n, uint64_t) const override {
     const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
     const double s = scalar::qsgdLevels(bits_);
-    return std::min(d / (s * s), std::sqrt(d) / s);
+    return std::min(d / (4 * s * s), std::sqrt(d) / s);
   }
 
  protected:
@@ -149,9 +151,11 @@ class TernGradCodec final : public BlockCodec {
     t.stochastic = true;
     return t;
   }
-  // Per block of d values, E||C(x)||^2 = max|x| ||x||_1 <= sqrt(d) ||x||^2: omega = sqrt(d) - 1.
-  double varianceBound(size_t n) const override {
-    return std::sqrt(static_cast<double>(std::min<size_t>(n, blockSize()))) - 1.0;
+  // Per block of d values, E||C(x)||^2 = max|x| ||x||_1, at most (sqrt(d) + 1) / 2 ||x||^2 (reached by one
+  // value m and the others m / (sqrt(d) + 1)): omega = (sqrt(d) - 1) / 2.
+  double varianceBound(size_t n, uint64_t) const override {
+    const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
+    return d > 1 ? (std::sqrt(d) - 1.0) / 2.0 : 0.0;
   }
 
  protected:

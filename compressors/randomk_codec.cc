@@ -88,8 +88,8 @@ class RandomKCodec final : public Compressor {
   }
   // With unbiased=true, C(x) = (n / k) x on k of n coordinates: E||C(x)||^2 = (n / k) ||x||^2, omega = n / k - 1.
   // Without it the codec is biased (and contractive: it keeps k / n of ||x||^2 in expectation): 0.
-  double varianceBound(size_t n) const override {
-    const uint64_t k = budget_.kFor(n, 0);
+  double varianceBound(size_t n, uint64_t kOverride) const override {
+    const uint64_t k = budget_.kFor(n, kOverride);
     return (flags_ & kUnbiased) && k > 0 ? static_cast<double>(n) / static_cast<double>(k) - 1.0 : 0.0;
   }
   uint64_t sparseEntries(size_t n) const override { return budget_.kFor(n, 0); }

@@ -60,10 +60,11 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
                               bool* nonFinite = nullptr, float* residual = nullptr);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 // The overwrite decode of a tile's int8 blocks (blockSize each, a shorter last one) with the payload's
-// checks in the same pass: block b's scale accepted by `rule` and no code -128, or the index of the first
-// element of a block with a rejected scale, or of the first -128, is returned (n when none; out is then
-// partly written). decodeInt8Block's values. streamOut: non-temporal stores on the vector path, for
-// outputs far larger than the caches (the caller ends with fenceStreamedStores()).
+// checks in the same pass: every block's scale accepted by `rule` and no code -128. Returns n when all
+// pass (out then holds decodeInt8Block's values), else the index of the first element of a block with a
+// rejected scale, or of the first -128 (out then partly written: the caller zero-fills it). streamOut:
+// non-temporal stores on the vector path, for outputs far larger than the caches (the caller ends with
+// fenceStreamedStores()).
 size_t decodeInt8BlocksChecked(const int8_t* codes, size_t n, size_t blockSize, const float* scales,
                                const scalar::ScaleRule& rule, float* out, bool streamOut);
 // Consecutive blocks of x (the last may be short) in symmetric int4 [-7, 7]: scales[b] per block and the

@@ -88,7 +88,7 @@ void bindCodec(nb::module_& m) {
           },
           "n"_a, "k"_a = 0, "An upper bound on the wire bytes for n elements (k: sparse entries override).")
       .def("sparse_entries", &Compressor::sparseEntries, "n"_a, "Entries a sparse codec sends for n elements.")
-      .def("variance_bound", &Compressor::varianceBound, "n"_a,
+      .def("variance_bound", [](const Compressor& c, size_t n) { return c.varianceBound(n); }, "n"_a,
            "omega with E||C(x) - x||^2 <= omega ||x||^2 for an unbiased stochastic codec on n elements; 0 for "
            "the deterministic and the biased ones.")
       .def(
