@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                  "vendor-blocking: blocking MPI_Allreduce without a deadline, as a baseline; "
                  "auto: the cost model's pick per size (with --link-model)");
   ar->add_option("--case", perf.cases, "algorithm/codec pair, repeatable (instead of every -a x --codec)");
-  ar->add_option("--ef", perf.errorFeedback, "Error feedback for lossy codecs: none ef ef21 ef21-sgdm dgc");
+  ar->add_option("--ef", perf.errorFeedback,
+                 "Error feedback for lossy codecs: none ef ef:scale=auto (unbiased codecs) ef21 ef21-sgdm dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
   ar->add_option("--shape", perf.shape, "The tensor as a ROWSxCOLS matrix (powersgd); replaces -b/-e");
   ar->add_option("--lowrank", perf.lowRank, "powersgd: rank=1,start_iter=0,min_compression=2,epsilon=1e-8");
