@@ -4,8 +4,6 @@
 // rank, step, tensor, element) of rounding_bits=16 or 8 bits (compressors/stochastic_rounding.h), as int8.
 // Default block 64 (4.5 bits per element with the fp32 scale).
 // Layout: [fp32 scale per block][4-bit two's complement codes, LSB-first]; the nibble 0x8 is invalid.
-#include <algorithm>
-
 #include "compressors/block_codec.h"
 #include "compressors/stochastic_rounding.h"
 #include "core/error.h"
@@ -35,11 +33,8 @@ class Int4Codec final : public BlockCodec {
     t.stochastic = stochastic_;
     return t;
   }
-  // Stochastic rounding to a step of amax / 7 per block of d values: at most step^2 / 4 per value, and
-  // amax^2 <= ||x||^2, so omega = d / (4 x 7^2). Nearest rounding is deterministic: 0.
   double varianceBound(size_t n, uint64_t) const override {
-    const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
-    return stochastic_ ? d / (4.0 * 7.0 * 7.0) : 0.0;
+    return symmetricRoundingVarianceBound(n, blockSize(), 7, stochastic_);
   }
 
  protected:

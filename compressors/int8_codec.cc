@@ -2,8 +2,6 @@
 // and zero is exact), scale = 127 / amax. Rounding to nearest even, or stochastic (unbiased) with
 // Philox uniforms keyed by (seed, rank, step, tensor, element), of rounding_bits=16 or 8 random bits
 // (compressors/stochastic_rounding.h). Layout: [scales][int8 codes].
-#include <algorithm>
-
 #include "compressors/block_codec.h"
 #include "compressors/stochastic_rounding.h"
 #include "core/error.h"
@@ -29,11 +27,8 @@ class Int8Codec final : public BlockCodec {
     t.stochastic = stochastic_;
     return t;
   }
-  // Stochastic rounding to a step of amax / 127 per block of d values: at most step^2 / 4 per value, and
-  // amax^2 <= ||x||^2, so omega = d / (4 x 127^2). Nearest rounding is deterministic: 0.
   double varianceBound(size_t n, uint64_t) const override {
-    const double d = static_cast<double>(std::min<size_t>(n, blockSize()));
-    return stochastic_ ? d / (4.0 * 127.0 * 127.0) : 0.0;
+    return symmetricRoundingVarianceBound(n, blockSize(), 127, stochastic_);
   }
 
  protected:

@@ -58,6 +58,14 @@ inline void validateRoundingFlags(uint32_t flags, const std::string& codec) {
                  ": flag 0x100 (8-bit rounding uniforms) without flag 0x1 (stochastic rounding)");
 }
 
+// Compressor::varianceBound of symmetric block rounding to [-maxCode, maxCode] (int8, int4): stochastic
+// rounding to a step of amax / maxCode per block of d values adds at most step^2 / 4 per value, and
+// amax^2 <= ||x||^2, so omega = d / (4 maxCode^2); nearest rounding is deterministic: 0.
+inline double symmetricRoundingVarianceBound(uint64_t n, uint32_t blockSize, int maxCode, bool stochastic) {
+  const double d = static_cast<double>(n < blockSize ? n : blockSize), m = maxCode;
+  return stochastic ? d / (4.0 * m * m) : 0.0;
+}
+
 // The Philox stream of one encode call, its rounding uniforms as the header's flags say.
 inline scalar::RngStream roundingStream(const EncodeContext& ctx, uint32_t flags) {
   return scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(roundingBitsOfFlags(flags));
