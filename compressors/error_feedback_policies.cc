@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "compressors/error_feedback.h"
+#include "compressors/scaled_error_feedback.h"
 #include "core/error.h"
 
 namespace gradcomp {
@@ -53,8 +54,9 @@ class ResidualFeedback final : public ErrorFeedback {
   EncodeResult step(const Compressor& codec, std::span<const float> grad, std::span<float> residual,
                     std::span<std::byte> wire, const EncodeContext& ctx) {
     const double omega = codec.varianceBound(grad.size(), ctx.kOverride);
-    if (!scaled_ || omega < 1.0) {
-      if (omega >= 1.0 && !warnedNotContractive_) {
+    const double gamma = scaledFeedbackGamma(omega);
+    if (!scaled_ || gamma == 1.0) {
+      if (gamma < 1.0 && !warnedNotContractive_) {
         warnedNotContractive_ = true;
         warn(detail::concat("error feedback 'ef' with codec '", codec.canonicalSpec(), "': its variance bound omega = ",
                             omega, " on ", grad.size(), " values is >= 1, so it is not contractive and the residual "
@@ -62,20 +64,8 @@ class ResidualFeedback final : public ErrorFeedback {
       }
       return codec.encodeWithResidual(grad, residual, residual, wire, ctx);
     }
-    // c = g + e and gamma c in scratch; the residual is written only after the encode succeeded.
-    const size_t n = grad.size();
-    const float gamma = static_cast<float>(1.0 / (1.0 + omega));
-    std::vector<float>& buffer = scratch(2 * n);
-    float* c = buffer.data();
-    float* sent = buffer.data() + n;
-    for (size_t i = 0; i < n; ++i) {
-      c[i] = grad[i] + residual[i];
-      sent[i] = gamma * c[i];
-    }
-    const EncodeResult r = codec.encode({sent, n}, wire, ctx);
-    codec.decode(wire.first(r.wireBytes), {sent, n}, DecodeMode::Overwrite);
-    for (size_t i = 0; i < n; ++i) residual[i] = c[i] - sent[i];
-    return r;
+    return encodeScaledWithResidual(codec, static_cast<float>(gamma), grad, residual, residual,
+                                    wire, ctx, scratch(2 * grad.size()));
   }
 
   bool scaled_;

@@ -6,7 +6,9 @@
 //
 // A message is [32-byte header, written by the caller][wire][wire]..., each wire 16-byte aligned and
 // self-describing. `parts` is an int64 array of rows (start, end, tensor id, lossless): lossless parts use
-// the `exact` codec (fp32, `none`) and no residual.
+// the `exact` codec (fp32, `none`) and no residual. With scale_auto (the hook's "ef:scale=auto"), a part
+// whose codec is not contractive on its size (variance bound omega >= 1) goes through the same scaled
+// step as the C++ policy (compressors/scaled_error_feedback.h); the others take the fused encode.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -19,6 +21,7 @@
 
 #include "bindings.h"
 #include "compressors/compressor.h"
+#include "compressors/scaled_error_feedback.h"
 #include "core/error.h"
 #include "encode_context.h"
 #include "tensor_args.h"
@@ -60,7 +63,7 @@ void bindParts(nb::module_& m) {
       "encode_parts_into",
       [](const Compressor& codec, const Compressor& exact, FloatsIn x, Parts parts, BytesOut out, size_t at,
          std::optional<FloatsIn> residualIn, std::optional<FloatsOut> residualOut, uint64_t seed, uint32_t rank,
-         uint32_t step, bool skipNonFinite, std::optional<uintptr_t> stream, int threads) {
+         uint32_t step, bool skipNonFinite, bool scaleAuto, std::optional<uintptr_t> stream, int threads) {
         DeviceOfCall device("encode_parts", stream, threads);
         device.add("x", x).add("out", out);
         GRADCOMP_CHECK_ARG(residualIn.has_value() == residualOut.has_value(),
@@ -78,7 +81,7 @@ void bindParts(nb::module_& m) {
         GRADCOMP_CHECK_ARG(at % 16 == 0, "encode_parts: the first wire must start 16-byte aligned, got offset ", at);
         uint64_t saturated = 0, skipped = 0;
         nb::gil_scoped_release release;
-        std::vector<float> zeros;
+        std::vector<float> zeros, scratch;
         for (const auto& r : rows) {
           const Compressor& c = r.lossless ? exact : codec;
           const size_t n = r.end - r.start;
@@ -89,11 +92,18 @@ void bindParts(nb::module_& m) {
           const auto in = xs.subspan(r.start, n);
           const auto dst = wire.subspan(at, room);
           const bool ef = residualIn.has_value() && !r.lossless;
+          const double gamma = ef && scaleAuto ? scaledFeedbackGamma(c.varianceBound(n, 0)) : 1.0;
+          GRADCOMP_CHECK_ARG(gamma == 1.0 || exec.device == Device::Cpu, "encode_parts: ef:scale=auto with codec '",
+                             c.canonicalSpec(), "' (variance bound >= 1) runs on cpu buffers");
           EncodeResult res;
           try {
-            res = ef ? c.encodeWithResidual(in, view(*residualIn).subspan(r.start, n),
-                                            view(*residualOut).subspan(r.start, n), dst, ctx, exec)
-                     : c.encode(in, dst, ctx, exec);
+            if (gamma < 1.0)
+              res = encodeScaledWithResidual(c, static_cast<float>(gamma), in, view(*residualIn).subspan(r.start, n),
+                                             view(*residualOut).subspan(r.start, n), dst, ctx, scratch, exec);
+            else
+              res = ef ? c.encodeWithResidual(in, view(*residualIn).subspan(r.start, n),
+                                              view(*residualOut).subspan(r.start, n), dst, ctx, exec)
+                       : c.encode(in, dst, ctx, exec);
           } catch (const NonFiniteError& e) {
             if (!skipNonFinite) return std::tuple<int, uint64_t, size_t, uint64_t, uint64_t>(1, r.start + e.index(), 0, saturated, skipped);
             GRADCOMP_CHECK_ARG(exec.device == Device::Cpu, "encode_parts: nonfinite=skip runs on cpu buffers");
@@ -112,11 +122,11 @@ void bindParts(nb::module_& m) {
       },
       "codec"_a, "exact"_a, "x"_a.noconvert(), "parts"_a.noconvert(), "out"_a.noconvert(), "at"_a,
       "residual_in"_a.noconvert() = nb::none(), "residual_out"_a.noconvert() = nb::none(), nb::kw_only(),
-      "seed"_a = 0, "rank"_a = 0, "step"_a = 0, "skip_nonfinite"_a = false, "stream"_a = nb::none(),
-      "threads"_a = 1,
+      "seed"_a = 0, "rank"_a = 0, "step"_a = 0, "skip_nonfinite"_a = false, "scale_auto"_a = false,
+      "stream"_a = nb::none(), "threads"_a = 1,
       "Encodes every part of x into out from byte `at` on. Returns (status, bad index, end offset, "
       "saturated, skipped): status 1 when a part is non-finite (bad index: its first bad element in x), "
-      "with nothing after it encoded.");
+      "with nothing after it encoded. scale_auto: error feedback as ef:scale=auto.");
 
   m.def(
       "decode_parts_into",

@@ -8,6 +8,7 @@
 
 #include "compressors/error_feedback.h"
 #include "compressors/registry.h"
+#include "compressors/scaled_error_feedback.h"
 #include "core/error.h"
 #include "tests/compressors/codec_test_util.h"
 
@@ -476,6 +477,51 @@ TEST(ErrorFeedback, ScaledEfConvergesWithAnUnbiasedCodecWherePlainEfDiverges) {
       EXPECT_TRUE(warnings.empty());
       EXPECT_LT(norm(error), 0.05 * start);
     }
+  }
+}
+
+// The step the policy and the PyTorch hook share (compressors/scaled_error_feedback.h): gamma is 1 below
+// omega = 1 and 1 / (1 + omega) from it on; the residual is written only after the encode succeeded, and
+// a device buffer is refused by name rather than read from the host.
+TEST(ErrorFeedback, ScaledStepSharedWithTheHookScalesOnlyNonContractiveCodecs) {
+  EXPECT_EQ(scaledFeedbackGamma(0.0), 1.0);
+  EXPECT_EQ(scaledFeedbackGamma(0.999), 1.0);
+  EXPECT_EQ(scaledFeedbackGamma(1.0), 0.5);
+  EXPECT_DOUBLE_EQ(scaledFeedbackGamma(512.0 / 196.0), 196.0 / 708.0);
+  const auto c = makeCompressor("qsgd");
+  const size_t n = 1024;
+  const auto g = normalVector(n, 34);
+  const auto residualIn = normalVector(n, 35);
+  std::vector<float> residual(n), scratch;
+  testing::WireBuffer buf(c->maxEncodedBytes(n));
+  EncodeContext ctx;
+  const float gamma = static_cast<float>(scaledFeedbackGamma(c->varianceBound(n)));
+  ASSERT_LT(gamma, 0.3f);
+  const auto r = encodeScaledWithResidual(*c, gamma, g, residualIn, residual, buf.span(c->maxEncodedBytes(n)), ctx,
+                                          scratch);
+  // The wire is the codec's encode of gamma (g + e) under the same context, byte for byte.
+  std::vector<float> sent(n);
+  for (size_t i = 0; i < n; ++i) sent[i] = gamma * (g[i] + residualIn[i]);
+  const auto direct = testing::encodeToVector(*c, sent, ctx);
+  const auto used = buf.span(r.wireBytes);
+  EXPECT_TRUE(std::equal(used.begin(), used.end(), direct.begin(), direct.end()));
+  const auto d = testing::decodeToVector(*c, direct, n);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(residual[i], (g[i] + residualIn[i]) - d[i]) << i;
+  // A non-finite gradient: NonFiniteError, the residual untouched.
+  auto bad = g;
+  bad[17] = NAN;
+  const auto before = residual;
+  EXPECT_THROW(encodeScaledWithResidual(*c, gamma, bad, residual, residual, buf.span(c->maxEncodedBytes(n)), ctx,
+                                        scratch),
+               NonFiniteError);
+  EXPECT_EQ(residual, before);
+  ExecContext device;
+  device.device = Device::Cuda;
+  try {
+    encodeScaledWithResidual(*c, gamma, g, residualIn, residual, buf.span(c->maxEncodedBytes(n)), ctx, scratch, device);
+    ADD_FAILURE() << "a device buffer was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("host buffers"), std::string::npos) << e.what();
   }
 }
 

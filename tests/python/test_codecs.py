@@ -4,6 +4,8 @@ DLPack arrays (numpy, torch), typed errors carrying the C++ message, and no sile
 import pickle
 import subprocess
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -214,6 +216,40 @@ def test_error_feedback_scaled_for_an_unbiased_codec():
     assert float(e @ e) < (1 - 1 / (1 + codec.variance_bound(4096))) * float(g @ g) * 1.2
     with pytest.raises(gradcomp.InvalidArgument):
         gradcomp.ErrorFeedback("ef:scale=0.5")
+
+
+def test_the_hooks_scaled_error_feedback_is_the_policys_step():
+    # The DDP hook and the FSDP reduce-scatter encode through encode_parts_into. With scale_auto, a part
+    # whose codec is not contractive (qsgd at 4 bits: omega 2.61 on 512-value blocks) sends exactly the
+    # bytes of ErrorFeedback("ef:scale=auto") and keeps its residual; a contractive codec (int8, omega 0)
+    # takes plain ef's fused step, bit for bit.
+    from gradcomp import _C
+    g, r_in = normal(4096, seed=5), normal(4096, seed=6) * 0.1
+    exact = gradcomp.Codec("none")
+    parts = np.array([[0, g.size, 7, 0]], dtype=np.int64)
+    for spec, omega in (("qsgd", 512 / (4 * 49)), ("int8", 0.0)):
+        codec = gradcomp.Codec(spec)
+        assert codec.variance_bound(g.size) == pytest.approx(omega, rel=1e-12)
+        sent = {}
+        for scale_auto in (False, True):
+            out = np.zeros(32 + codec.max_encoded_bytes(g.size), dtype=np.uint8)
+            r_out = np.full_like(r_in, np.nan)
+            code, _, end, _, _ = _C.encode_parts_into(codec._c, exact._c, g, parts, out, 32, r_in, r_out,
+                                                      seed=11, rank=1, step=2, scale_auto=scale_auto)
+            assert code == 0
+            sent[scale_auto] = (out[32:end], r_out)
+        for policy_spec, scale_auto in (("ef", False), ("ef:scale=auto", True)):
+            policy = gradcomp.ErrorFeedback(policy_spec)
+            policy.set_state(7, [r_in])
+            out = np.zeros(codec.max_encoded_bytes(g.size), dtype=np.uint8)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # plain ef with qsgd warns (tested above)
+                n = policy.compress_into(codec._c, g, out, seed=11, rank=1, step=2, tensor_id=7).encoded.wire_bytes
+            wire, residual = sent[scale_auto]
+            assert np.array_equal(out[:n], wire[:n]) and np.all(wire[n:] == 0), (spec, policy_spec)
+            assert np.array_equal(policy.state(7), residual), (spec, policy_spec)
+        # scaling changes qsgd's bytes (a third of c is sent), never int8's
+        assert np.array_equal(sent[False][0], sent[True][0]) == (omega < 1), spec
 
 
 def test_error_feedback_specs_are_validated():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
@@ -85,7 +86,7 @@ class Exchange:
     FIFO worker, or FSDP's reduce-scatter stream) issues collectives in the same order on every rank."""
 
     def __init__(self, codec: Codec, group: Optional[dist.ProcessGroup], timeout: datetime.timedelta,
-                 seed: int, skip_nonfinite: bool, threads: int = 1):
+                 seed: int, skip_nonfinite: bool, threads: int = 1, scale_auto: bool = False):
         self.codec = codec
         self.exact = Codec("none")
         self.group = group
@@ -95,6 +96,7 @@ class Exchange:
         self.seed = seed
         self.skip_nonfinite = skip_nonfinite
         self.threads = threads
+        self.scale_auto = scale_auto  # error feedback as ef:scale=auto (C(c / (1 + omega)) where omega >= 1)
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def buffer(self, purpose: str, nbytes: int, device: torch.device, dtype=torch.uint8) -> torch.Tensor:
@@ -176,8 +178,8 @@ class Exchange:
         t0 = time.perf_counter()
         code, bad, used, saturated, skipped = _C.encode_parts_into(
             self.codec._c, self.exact._c, x, self._rows(parts), slot, HEADER_BYTES, residual_in, residual_out,
-            seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite, stream=stream,
-            threads=self.threads)
+            seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite,
+            scale_auto=self.scale_auto, stream=stream, threads=self.threads)
         stats.codec_seconds += time.perf_counter() - t0
         stats.saturated += saturated
         stats.skipped += skipped
@@ -341,6 +343,19 @@ class Exchange:
             self._decode(wire[start:start + nbytes], x[a:b], False, stats)
         x.div_(W)
         return Status()
+
+
+def warn_if_not_contractive(codec: Codec, parts: list[Part], where: str) -> None:
+    """Plain ef with an unbiased codec whose variance bound omega is >= 1 on a part (qsgd at 4 bits,
+    terngrad) is not contractive, so its residual can grow without bound: the same warning as the C++
+    policy's, naming the remedy."""
+    sizes = [p.end - p.start for p in parts if not p.lossless]
+    omega = max((codec.variance_bound(n) for n in sizes), default=0.0)
+    if omega >= 1.0:
+        warnings.warn(f"{where}: error feedback 'ef' with codec '{codec.canonical_spec}': its variance bound "
+                      f"omega = {omega:g} is >= 1, so it is not contractive and the residual can grow without "
+                      f"bound; error_feedback='ef:scale=auto' sends C(c) / (1 + omega) instead", RuntimeWarning,
+                      stacklevel=2)
 
 
 def raise_status(status: Status, where: str, name_at: Callable[[int], tuple[str, int]], step: int,

@@ -26,12 +26,12 @@ from .._codec import Codec
 from .. import cost_model
 from ..diagnose import codec_bound, diagnose
 from ._agreement import check_ranks_agree
-from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status
+from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
-ERROR_FEEDBACK = ("none", "ef")
+ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto")
 _FORMAT = "gradcomp.ddp_state/1"
 
 
@@ -55,7 +55,10 @@ class DDPState:
 
     module          the DDP model (or the module it wraps): parameter names key the residuals
     codec           a gradcomp codec spec ("fp16", "int8:block=256", "topk:ratio=0.01", "randomk:...")
-    error_feedback  "ef" (residual at the source; the owners' re-encode error is fed back too) or "none"
+    error_feedback  "ef" (residual at the source; the owners' re-encode error is fed back too), "none", or
+                    "ef:scale=auto": ef that sends C(c / (1 + omega)) for a codec whose variance bound omega
+                    is >= 1 on a parameter (qsgd at 4 bits, terngrad: not contractive, so plain ef's
+                    residual can grow; plain ef warns once), plain ef for every other codec; cpu buffers
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
@@ -111,6 +114,7 @@ class DDPState:
         self._names: dict[int, str] = {}
         self._layouts: dict[tuple, tuple] = {}
         self._checked = False
+        self._warned_not_contractive = False
         self._pending_stats: dict[str, Any] = {}
         # For the diagnosis: when the last bucket of a step was handed over (backward has ended: what
         # follows until it completes is exposed communication) and when the previous step completed.
@@ -202,7 +206,7 @@ class DDPState:
                                      "DDPState(ddp, ...) or call state.attach(ddp) (after torch.load)")
         if self._worker is None:
             self._exchange = Exchange(self.codec, self.process_group, self.timeout, self.seed,
-                                      self.nonfinite == "skip", self.threads)
+                                      self.nonfinite == "skip", self.threads, self.error_feedback == "ef:scale=auto")
             self._worker = FifoWorker(f"gradcomp-ddp-{id(self):x}")
         buffer = bucket.buffer()
         grads = bucket.gradients()
@@ -227,6 +231,9 @@ class DDPState:
                 self._layouts.clear()
             layout = self._new_layout(buffer, grads, params)
             cached = self._layouts[key] = (layout, [Part(*p) for p in layout.parts(self.min_numel)])
+            if self.error_feedback == "ef" and not self._warned_not_contractive:
+                self._warned_not_contractive = True
+                warn_if_not_contractive(self.codec, cached[1], "gradcomp ddp_hook")
         return cached
 
     def _new_layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]) -> Layout:
@@ -263,7 +270,7 @@ class DDPState:
         ones: one all_to_all and one all-gather per bucket whatever its mix (random-k sends them through
         a lossless reduce-scatter of their own, since its values are summed on the wire)."""
         ex = self._exchange
-        ef = self.error_feedback == "ef" and any(not p.lossless for p in parts)
+        ef = self.error_feedback != "none" and any(not p.lossless for p in parts)
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
         if ef:

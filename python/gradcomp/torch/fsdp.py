@@ -3,6 +3,8 @@
     import gradcomp.torch as gt
     gt.compress_fsdp(model, codec="int8", error_feedback="ef")   # every FSDPModule in the model
 
+error_feedback: "ef", "none" or "ef:scale=auto" (as the DDP hook's, ddp.py).
+
 FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut into world-size chunks
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
 destination (error feedback at the source), an all_to_all_single delivers them, and each rank decodes and
@@ -21,7 +23,7 @@ import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
-from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status
+from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
 
 
@@ -57,9 +59,9 @@ class CompressedReduceScatter:
     def __init__(self, module: torch.nn.Module, *, codec: str = "int8", error_feedback: str = "ef", seed: int = 0,
                  nonfinite: str = "error", timeout: datetime.timedelta = datetime.timedelta(minutes=5),
                  threads: int = 1, min_numel: int = 0, fqn: str = ""):
-        if error_feedback not in ("none", "ef"):
-            raise _C.InvalidArgument(f"CompressedReduceScatter: error_feedback must be 'none' or 'ef', got "
-                                     f"{error_feedback!r}")
+        if error_feedback not in ("none", "ef", "ef:scale=auto"):
+            raise _C.InvalidArgument(f"CompressedReduceScatter: error_feedback must be 'none', 'ef' or "
+                                     f"'ef:scale=auto', got {error_feedback!r}")
         if nonfinite not in ("error", "skip"):
             raise _C.InvalidArgument(f"CompressedReduceScatter: nonfinite must be 'error' or 'skip', got {nonfinite!r}")
         self.module = module
@@ -77,6 +79,7 @@ class CompressedReduceScatter:
         self.step = 0
         self.last_stats: dict = {}
         self._exchange: Optional[Exchange] = None
+        self._warned_not_contractive = False
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
@@ -85,7 +88,7 @@ class CompressedReduceScatter:
                  op=None, async_op: bool = False):
         if self._exchange is None or self._exchange.group is not group:
             self._exchange = Exchange(self.codec, group, self.timeout, self.seed, self.nonfinite == "skip",
-                                      self.threads)
+                                      self.threads, self.error_feedback == "ef:scale=auto")
         ex = self._exchange
         W = ex.world
         x = input_tensor if input_tensor.dtype == torch.float32 else input_tensor.float()
@@ -94,7 +97,7 @@ class CompressedReduceScatter:
             raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
-        ef = self.error_feedback == "ef"
+        ef = self.error_feedback != "none"
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
         if ef:
@@ -104,6 +107,9 @@ class CompressedReduceScatter:
         per_dest: list[list[Part]] = [[] for _ in range(W)]
         for part in layout.parts(self.min_numel):
             per_dest[min(part[0] // chunk, W - 1)].append(Part(*part))
+        if self.error_feedback == "ef" and not self._warned_not_contractive:
+            self._warned_not_contractive = True
+            warn_if_not_contractive(self.codec, [p for parts in per_dest for p in parts], "gradcomp FSDP reduce-scatter")
         slot = _align16(max(ex.room(parts) for parts in per_dest))
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
