@@ -504,6 +504,21 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
     keys = sorted(k for rs in comms.values() for k in rs.state_dict()["residuals"])
     expect(keys == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "head.bias", "head.weight"],
            f"FSDP residuals are not keyed by parameter name: {keys}")
+    # qsgd at 4 bits: plain ef warns (naming ef:scale=auto), ef:scale=auto does not, and sends less of
+    # each value (1 / (1 + omega)) on the first step.
+    first = {}
+    for ef in ("ef", "ef:scale=auto"):
+        net = fsdp_net()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gt.compress_fsdp(net, codec="qsgd", error_feedback=ef, min_numel=100)
+            got = grads_of(net)
+        told = [str(w.message) for w in caught if "not contractive" in str(w.message)]
+        expect(bool(told) == (ef == "ef") and all("ef:scale=auto" in t for t in told), f"FSDP qsgd {ef}: warnings {told}")
+        expect(all(bool(torch.isfinite(g).all()) for g in got), f"FSDP qsgd {ef}: non-finite gradient")
+        first[ef] = float(got[0].norm() / ref[0].norm())
+    expect(first["ef:scale=auto"] < 0.75 * first["ef"], f"FSDP ef:scale=auto's first step {first['ef:scale=auto']:.2f} "
+           f"of the exact norm, plain ef {first['ef']:.2f}")
 
 
 @check(2)
