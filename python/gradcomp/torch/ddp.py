@@ -31,7 +31,7 @@ from ._layout import Layout, Piece, ResidualStore
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
-ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto")
+ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21")
 _FORMAT = "gradcomp.ddp_state/1"
 
 
@@ -58,7 +58,11 @@ class DDPState:
     error_feedback  "ef" (residual at the source; the owners' re-encode error is fed back too), "none", or
                     "ef:scale=auto": ef that sends C(c / (1 + omega)) for a codec whose variance bound omega
                     is >= 1 on a parameter (qsgd at 4 bits, terngrad: not contractive, so plain ef's
-                    residual can grow; plain ef warns once), plain ef for every other codec; cpu buffers
+                    residual can grow; plain ef warns once), plain ef for every other codec; cpu buffers.
+                    "ef21" (Richtarik et al. 2021): each rank sends C(g - h) and moves its estimate h by
+                    what it sent, h += D(C(g - h)); the hook returns H + the reduced mean and keeps that as
+                    the shared estimate H (the same bytes on every rank, so the same H); the owners'
+                    re-encode error is fed back as with ef. Not with nonfinite="skip".
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
@@ -82,8 +86,11 @@ class DDPState:
                  model_links: Sequence[str] = ()):
         if error_feedback not in ERROR_FEEDBACK:
             raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got "
-                                     f"{error_feedback!r} (ef21 and dgc run through gradcomp.ErrorFeedback "
+                                     f"{error_feedback!r} (dgc and ef21-sgdm run through gradcomp.ErrorFeedback "
                                      f"and the C++ reducer, not this hook yet)")
+        if error_feedback == "ef21" and nonfinite == "skip":
+            raise _C.InvalidArgument("DDPState: error_feedback 'ef21' with nonfinite='skip' is not supported "
+                                     "(a skipped rank's estimate would move by what it did not send)")
         if algorithm not in ALGORITHMS:
             raise _C.InvalidArgument(f"DDPState: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
         if nonfinite not in ("error", "skip"):
@@ -110,6 +117,7 @@ class DDPState:
         self.iter = 0  # DDP iterations completed (advanced when the last bucket is submitted)
         self.residuals = ResidualStore()         # the senders' error (ef)
         self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
+        self.shared = ResidualStore()            # ef21's shared estimate H (the same on every rank)
         self.last_stats: dict[str, Any] = {}
         self._names: dict[int, str] = {}
         self._layouts: dict[tuple, tuple] = {}
@@ -157,7 +165,8 @@ class DDPState:
         """Configuration, iteration and residuals by parameter name: torch.save it with the model."""
         self.wait()
         return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
-                "residuals": self.residuals.named(), "server_residuals": self.server_residuals.named()}
+                "residuals": self.residuals.named(), "server_residuals": self.server_residuals.named(),
+                "shared": self.shared.named()}
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("format") != _FORMAT:
@@ -173,6 +182,7 @@ class DDPState:
         self.iter = int(sd["iter"])
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
+        self.shared.load_named(sd.get("shared", {}))
 
     def __getstate__(self) -> dict:
         # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
@@ -180,7 +190,7 @@ class DDPState:
         s = {k: v for k, v in self.__dict__.items()
              if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts")}
         s["_state_dict"] = self.state_dict()
-        for k in ("residuals", "server_residuals"):
+        for k in ("residuals", "server_residuals", "shared"):
             s.pop(k)
         return s
 
@@ -189,14 +199,15 @@ class DDPState:
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
         self._layouts = {}
-        self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
+        self.residuals, self.server_residuals, self.shared = ResidualStore(), ResidualStore(), ResidualStore()
         self._checked = False
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
+        self.shared.load_named(sd.get("shared", {}))
 
     # --- statistics ----------------------------------------------------------------------------------
     def residual_norm(self) -> float:
-        """L2 norm of all error-feedback residuals (senders' and owners')."""
+        """L2 norm of all error-feedback residuals (senders' and owners'; ef21: the estimates h)."""
         return (self.residuals.squared_norm() + self.server_residuals.squared_norm()) ** 0.5
 
     # --- the hook ------------------------------------------------------------------------------------
@@ -271,6 +282,10 @@ class DDPState:
         a lossless reduce-scatter of their own, since its values are summed on the wire)."""
         ex = self._exchange
         ef = self.error_feedback != "none" and any(not p.lossless for p in parts)
+        # ef21 stores -h as the residual, so the fused encode computes C(g - h) and e = (g - h) - D(wire);
+        # then -h' = -(h + D(wire)) = e - g, which needs g after the exchange has overwritten x.
+        ef21 = ef and self.error_feedback == "ef21"
+        grad = x.clone() if ef21 else None
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
         if ef:
@@ -292,6 +307,18 @@ class DDPState:
                 status = ex.randomk_mean(x, compressed, rin, rout, step, layout.hash32, stats)
         if status.code != STATUS_OK:
             raise_status(status, "ddp_hook", layout.name_at, step, layout.hash32)
+        if ef21:
+            # x holds the mean of what the ranks sent (the same bytes everywhere): H' = H + mean is the
+            # gradient handed back and the shared estimate kept. Lossless parameters stay exact.
+            shared = self.shared.current(layout, x.device)
+            new_shared = self.shared.scratch(layout)
+            new_shared.copy_(shared)
+            for p in parts:
+                if not p.lossless:
+                    rout[p.start:p.end].sub_(grad[p.start:p.end])
+                    x[p.start:p.end].add_(shared[p.start:p.end])
+                    new_shared[p.start:p.end].copy_(x[p.start:p.end])
+            self.shared.commit(layout)
         if ef:
             self.residuals.commit(layout)
             if self.algorithm == "reduce-scatter":
