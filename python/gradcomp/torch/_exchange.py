@@ -341,21 +341,27 @@ class Exchange:
             v.copy_(values[at:at + v.numel()])
             at += v.numel()
             self._decode(wire[start:start + nbytes], x[a:b], False, stats)
-        x.div_(W)
+            # these parts only: the bucket's exact ones were averaged by their own reduce-scatter
+            x[a:b].div_(W)
         return Status()
 
 
-def warn_if_not_contractive(codec: Codec, parts: list[Part], where: str) -> None:
-    """Plain ef with an unbiased codec whose variance bound omega is >= 1 on a part (qsgd at 4 bits,
-    terngrad) is not contractive, so its residual can grow without bound: the same warning as the C++
-    policy's, naming the remedy."""
-    sizes = [p.end - p.start for p in parts if not p.lossless]
+def warn_if_not_contractive(codec: Codec, parts: list[Part], where: str, policy: str, segments: int = 1) -> bool:
+    """Error feedback (ef, ef21) assumes a contractive compressor; an unbiased codec whose variance bound
+    omega is >= 1 on what is encoded (qsgd at 4 bits, terngrad) is not one, and the residual can grow
+    without bound: the same warning as the C++ policy's, naming the remedy. `segments`: each part is
+    encoded in that many pieces (reduce-scatter), so omega is taken at the piece's size. Returns whether
+    it warned."""
+    sizes = [-(-(p.end - p.start) // segments) for p in parts if not p.lossless]
     omega = max((codec.variance_bound(n) for n in sizes), default=0.0)
-    if omega >= 1.0:
-        warnings.warn(f"{where}: error feedback 'ef' with codec '{codec.canonical_spec}': its variance bound "
-                      f"omega = {omega:g} is >= 1, so it is not contractive and the residual can grow without "
-                      f"bound; error_feedback='ef:scale=auto' sends C(c) / (1 + omega) instead", RuntimeWarning,
-                      stacklevel=2)
+    if omega < 1.0:
+        return False
+    remedy = ("error_feedback='ef:scale=auto' sends C(c) / (1 + omega) instead" if policy == "ef" else
+              "use a biased codec (top-k, sign, int8) or 'ef:scale=auto'")
+    warnings.warn(f"{where}: error feedback '{policy}' with codec '{codec.canonical_spec}': its variance bound "
+                  f"omega = {omega:g} is >= 1, so it is not contractive and the residual can grow without "
+                  f"bound; {remedy}", RuntimeWarning, stacklevel=2)
+    return True
 
 
 def raise_status(status: Status, where: str, name_at: Callable[[int], tuple[str, int]], step: int,

@@ -196,6 +196,7 @@ class DDPState:
 
     def __setstate__(self, s: dict) -> None:
         sd = s.pop("_state_dict")
+        s.setdefault("_warned_not_contractive", False)  # pickled before the warning existed
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
         self._layouts = {}
@@ -242,9 +243,11 @@ class DDPState:
                 self._layouts.clear()
             layout = self._new_layout(buffer, grads, params)
             cached = self._layouts[key] = (layout, [Part(*p) for p in layout.parts(self.min_numel)])
-            if self.error_feedback == "ef" and not self._warned_not_contractive:
-                self._warned_not_contractive = True
-                warn_if_not_contractive(self.codec, cached[1], "gradcomp ddp_hook")
+            if self.error_feedback in ("ef", "ef21") and not self._warned_not_contractive:
+                # a layout of exact parameters only (DDP's small first bucket) says nothing yet
+                segments = dist.get_world_size(self.process_group) if self.algorithm == "reduce-scatter" else 1
+                self._warned_not_contractive = warn_if_not_contractive(self.codec, cached[1], "gradcomp ddp_hook",
+                                                                       self.error_feedback, segments)
         return cached
 
     def _new_layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]) -> Layout:

@@ -108,8 +108,9 @@ class CompressedReduceScatter:
         for part in layout.parts(self.min_numel):
             per_dest[min(part[0] // chunk, W - 1)].append(Part(*part))
         if self.error_feedback == "ef" and not self._warned_not_contractive:
-            self._warned_not_contractive = True
-            warn_if_not_contractive(self.codec, [p for parts in per_dest for p in parts], "gradcomp FSDP reduce-scatter")
+            self._warned_not_contractive = True  # its layout is the module's, the same every step
+            warn_if_not_contractive(self.codec, [p for parts in per_dest for p in parts], "gradcomp FSDP reduce-scatter",
+                                    "ef")
         slot = _align16(max(ex.room(parts) for parts in per_dest))
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
