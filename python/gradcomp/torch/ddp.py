@@ -62,7 +62,8 @@ class DDPState:
                     "ef21" (Richtarik et al. 2021): each rank sends C(g - h) and moves its estimate h by
                     what it sent, h += D(C(g - h)); the hook returns H + the reduced mean and keeps that as
                     the shared estimate H (the same bytes on every rank, so the same H); the owners'
-                    re-encode error is fed back as with ef. Not with nonfinite="skip".
+                    re-encode error is fed back as with ef. Not with nonfinite="skip"; like ef, it warns once
+                    for a codec that is not contractive.
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
