@@ -89,7 +89,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hook", default="gradcomp", choices=["gradcomp", "none", "torch-fp16", "torch-powersgd"])
     p.add_argument("--codec", default="int8", help="gradcomp codec spec (with --hook gradcomp)")
-    p.add_argument("--ef", default="ef", choices=["ef", "none", "ef:scale=auto", "ef21"], help="gradcomp error feedback")
+    p.add_argument("--ef", default="ef", choices=["ef", "none", "ef:scale=auto", "ef21", "ef21-sgdm"], help="gradcomp error feedback")
     p.add_argument("--algorithm", default="auto", help="gradcomp algorithm: auto reduce-scatter allgather randomk")
     p.add_argument("--min-numel", type=int, default=1024, help="smaller parameters go uncompressed")
     p.add_argument("--start-iter", type=int, default=0, help="exact all-reduces before this step")

@@ -280,6 +280,35 @@ def ef21_returns_the_shared_estimate_and_matches_ddp_with_a_lossless_codec(rank,
 
 
 @check(2, 4)
+def ef21_sgdm_sends_the_momentum_estimate(rank, group):
+    # ef21-sgdm: ef21 on v <- (1 - eta) v + eta g. With lr 0 the parameters never move, so the exact run's
+    # mean gradients are this run's too, and with the lossless codec the hook must hand DDP the momentum
+    # of the means, m <- (1 - eta) m + eta mean(g), at every step (up to fp32 rounding).
+    data = batches(rank, 4)
+    exact, _ = train(ddp_of(make_net(), group), data, lr=0.0, record_grads=True)
+    sizes = [p.numel() for p in make_net().parameters()]
+    ddp, state = hooked(group, "none", "ef21-sgdm:eta=0.5", min_numel=100)
+    expect(state.config()["error_feedback"] == "ef21-sgdm:eta=0.5", state.config()["error_feedback"])
+    got, _ = train(ddp, data, lr=0.0, record_grads=True)
+    m = torch.zeros_like(exact[0])
+    for step, (g, e) in enumerate(zip(got, exact)):
+        m = 0.5 * m + 0.5 * e
+        want = torch.cat([a if n >= 100 else b for n, a, b in zip(sizes, m.split(sizes), e.split(sizes))])
+        rel = float((g - want).norm() / want.norm())
+        expect(rel <= 1e-6, f"ef21-sgdm step {step}: {rel:.2e} from the momentum of the exact means")
+    state.close()
+    ddp, state = hooked(group, "int8", "ef21-sgdm", min_numel=100)
+    got, _ = train(ddp, data, record_grads=True)
+    for step, g in enumerate(got):
+        expect(bool(torch.isfinite(g).all()) and same_on_all_ranks(g, group), f"int8 ef21-sgdm step {step}")
+    expect(sorted(state.state_dict()["momentum"]) == sorted(n for n, _ in ddp.module.named_parameters()),
+           "ef21-sgdm's momentum is not saved by parameter name")
+    state.close()
+    for bad in ("ef21-sgdm:eta=0", "ef21-sgdm:eta=1.5", "ef21-sgdm:beta=0.1"):
+        rejected(lambda: gt.DDPState(None, codec="int8", error_feedback=bad), "eta in (0, 1]", bad)
+
+
+@check(2, 4)
 def randomk_averages_every_parameter_once(rank, group):
     # Random-k buckets send their exact parameters (below min_numel) through a reduce-scatter of their
     # own, which averages them, and sum the random-k values on the wire: only those are divided by the
@@ -382,7 +411,7 @@ def _resume(group, rank, codec, ef, cap_before, cap_after, steps=6, cut=3):
 @check(2, 4)
 def resume_on_a_new_ddp_instance_continues_bitwise(rank, group):
     for codec, ef in (("int8", "ef"), ("topk:ratio=0.05", "ef"), ("int8:rounding=stochastic", "ef"),
-                      ("qsgd", "ef:scale=auto"), ("int8", "ef21")):
+                      ("qsgd", "ef:scale=auto"), ("int8", "ef21"), ("int8", "ef21-sgdm:eta=0.5")):
         a, b = _resume(group, rank, codec, ef, 25, 25)
         expect(torch.equal(a, b), f"{codec} ef={ef}: resumed parameters differ (max {float((a - b).abs().max())})")
 
@@ -513,7 +542,7 @@ def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(
 @check(2)
 def the_hook_state_pickles_with_torch_save(rank, group):
     data = batches(rank, 4)
-    for ef in ("ef", "ef21"):   # ef21 also carries its shared estimate H
+    for ef in ("ef", "ef21", "ef21-sgdm"):   # ef21 also carries its shared estimate H, ef21-sgdm its momentum
         ddp, state = hooked(group, "int8", ef, min_numel=100)
         train(ddp, data[:2])
         blob = io.BytesIO()
@@ -521,7 +550,7 @@ def the_hook_state_pickles_with_torch_save(rank, group):
         blob.seek(0)
         restored = torch.load(blob, weights_only=False)
         expect(restored.iter == state.iter == 2, f"iter {restored.iter}")
-        for store in ("residuals", "shared"):
+        for store in ("residuals", "shared", "momentum"):
             a, b = state.state_dict()[store], restored.state_dict()[store]
             expect(sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a),
                    f"{ef}: {store} differ after pickling")

@@ -31,8 +31,28 @@ from ._layout import Layout, Piece, ResidualStore
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
-ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21")
+ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1")
 _FORMAT = "gradcomp.ddp_state/1"
+
+
+def _error_feedback_policy(spec: str) -> tuple[str, str, float]:
+    """(canonical spec, policy name, eta) of one of ERROR_FEEDBACK; ef21-sgdm takes eta in (0, 1]."""
+    if isinstance(spec, str) and spec in ERROR_FEEDBACK[:4]:
+        return spec, spec, 1.0
+    if isinstance(spec, str) and spec.partition(":")[0] == "ef21-sgdm":
+        eta = 0.1
+        for option in spec.partition(":")[2].split(",") if ":" in spec else []:
+            key, _, value = option.partition("=")
+            try:
+                eta = float(value) if key == "eta" else float("nan")
+            except ValueError:
+                eta = float("nan")
+            if not 0.0 < eta <= 1.0:
+                raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: ef21-sgdm takes eta in (0, 1], got "
+                                         f"{option!r}")
+        return f"ef21-sgdm:eta={eta!r}", "ef21-sgdm", eta
+    raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got {spec!r} (dgc runs "
+                             f"through gradcomp.ErrorFeedback and the C++ reducer, not this hook yet)")
 
 
 def _choose_algorithm(codec: Codec, algorithm: str) -> str:
@@ -64,6 +84,8 @@ class DDPState:
                     the shared estimate H (the same bytes on every rank, so the same H); the owners'
                     re-encode error is fed back as with ef. Not with nonfinite="skip"; like ef, it warns once
                     for a codec that is not contractive.
+                    "ef21-sgdm:eta=0.1" (Fatkhullin et al. 2023): ef21 on the momentum estimate
+                    v <- (1 - eta) v + eta g, v kept per parameter (H then estimates the mean of v).
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
@@ -85,12 +107,9 @@ class DDPState:
                  min_numel: int = 1024, seed: int = 0, nonfinite: str = "error",
                  timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1,
                  model_links: Sequence[str] = ()):
-        if error_feedback not in ERROR_FEEDBACK:
-            raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got "
-                                     f"{error_feedback!r} (dgc and ef21-sgdm run through gradcomp.ErrorFeedback "
-                                     f"and the C++ reducer, not this hook yet)")
-        if error_feedback == "ef21" and nonfinite == "skip":
-            raise _C.InvalidArgument("DDPState: error_feedback 'ef21' with nonfinite='skip' is not supported "
+        error_feedback, self._policy, self._eta = _error_feedback_policy(error_feedback)
+        if self._policy.startswith("ef21") and nonfinite == "skip":
+            raise _C.InvalidArgument(f"DDPState: error_feedback '{error_feedback}' with nonfinite='skip' is not supported "
                                      "(a skipped rank's estimate would move by what it did not send)")
         if algorithm not in ALGORITHMS:
             raise _C.InvalidArgument(f"DDPState: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -119,6 +138,7 @@ class DDPState:
         self.residuals = ResidualStore()         # the senders' error (ef)
         self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
         self.shared = ResidualStore()            # ef21's shared estimate H (the same on every rank)
+        self.momentum = ResidualStore()          # ef21-sgdm's v
         self.last_stats: dict[str, Any] = {}
         self._names: dict[int, str] = {}
         self._layouts: dict[tuple, tuple] = {}
@@ -167,7 +187,7 @@ class DDPState:
         self.wait()
         return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
                 "residuals": self.residuals.named(), "server_residuals": self.server_residuals.named(),
-                "shared": self.shared.named()}
+                "shared": self.shared.named(), "momentum": self.momentum.named()}
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("format") != _FORMAT:
@@ -184,6 +204,7 @@ class DDPState:
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
         self.shared.load_named(sd.get("shared", {}))
+        self.momentum.load_named(sd.get("momentum", {}))
 
     def __getstate__(self) -> dict:
         # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
@@ -191,21 +212,25 @@ class DDPState:
         s = {k: v for k, v in self.__dict__.items()
              if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts")}
         s["_state_dict"] = self.state_dict()
-        for k in ("residuals", "server_residuals", "shared"):
+        for k in ("residuals", "server_residuals", "shared", "momentum"):
             s.pop(k)
         return s
 
     def __setstate__(self, s: dict) -> None:
         sd = s.pop("_state_dict")
         s.setdefault("_warned_not_contractive", False)  # pickled before the warning existed
+        if "_policy" not in s:  # pickled before ef21-sgdm
+            _, s["_policy"], s["_eta"] = _error_feedback_policy(s["error_feedback"])
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
         self._layouts = {}
-        self.residuals, self.server_residuals, self.shared = ResidualStore(), ResidualStore(), ResidualStore()
+        self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
+        self.shared, self.momentum = ResidualStore(), ResidualStore()
         self._checked = False
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
         self.shared.load_named(sd.get("shared", {}))
+        self.momentum.load_named(sd.get("momentum", {}))
 
     # --- statistics ----------------------------------------------------------------------------------
     def residual_norm(self) -> float:
@@ -244,11 +269,11 @@ class DDPState:
                 self._layouts.clear()
             layout = self._new_layout(buffer, grads, params)
             cached = self._layouts[key] = (layout, [Part(*p) for p in layout.parts(self.min_numel)])
-            if self.error_feedback in ("ef", "ef21") and not self._warned_not_contractive:
+            if self._policy in ("ef", "ef21", "ef21-sgdm") and not self._warned_not_contractive:
                 # a layout of exact parameters only (DDP's small first bucket) says nothing yet
                 segments = dist.get_world_size(self.process_group) if self.algorithm == "reduce-scatter" else 1
                 self._warned_not_contractive = warn_if_not_contractive(self.codec, cached[1], "gradcomp ddp_hook",
-                                                                       self.error_feedback, segments)
+                                                                       self._policy, segments)
         return cached
 
     def _new_layout(self, buffer: torch.Tensor, grads: list[torch.Tensor], params: list[torch.Tensor]) -> Layout:
@@ -288,7 +313,17 @@ class DDPState:
         ef = self.error_feedback != "none" and any(not p.lossless for p in parts)
         # ef21 stores -h as the residual, so the fused encode computes C(g - h) and e = (g - h) - D(wire);
         # then -h' = -(h + D(wire)) = e - g, which needs g after the exchange has overwritten x.
-        ef21 = ef and self.error_feedback == "ef21"
+        ef21 = ef and self._policy.startswith("ef21")
+        if ef and self._policy == "ef21-sgdm":
+            # ef21 runs on v' = (1 - eta) v + eta g: x carries v' into the exchange (the exact parameters keep
+            # g), and v' is kept only once the step has succeeded.
+            v, v_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
+            v_new.copy_(v)
+            keep = 1.0 - self._eta
+            for p in parts:
+                if not p.lossless:
+                    torch.add(v[p.start:p.end].mul(keep), x[p.start:p.end].mul(self._eta), out=v_new[p.start:p.end])
+                    x[p.start:p.end].copy_(v_new[p.start:p.end])
         grad = x.clone() if ef21 else None
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
@@ -323,6 +358,8 @@ class DDPState:
                     x[p.start:p.end].add_(shared[p.start:p.end])
                     new_shared[p.start:p.end].copy_(x[p.start:p.end])
             self.shared.commit(layout)
+            if self._policy == "ef21-sgdm":
+                self.momentum.commit(layout)
         if ef:
             self.residuals.commit(layout)
             if self.algorithm == "reduce-scatter":
