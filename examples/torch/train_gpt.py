@@ -89,7 +89,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hook", default="gradcomp", choices=["gradcomp", "none", "torch-fp16", "torch-powersgd"])
     p.add_argument("--codec", default="int8", help="gradcomp codec spec (with --hook gradcomp)")
-    p.add_argument("--ef", default="ef", choices=["ef", "none", "ef:scale=auto", "ef21", "ef21-sgdm"], help="gradcomp error feedback")
+    p.add_argument("--ef", default="ef", help="gradcomp error feedback: ef, none, ef:scale=auto, ef21, "
+                   "ef21-sgdm[:eta=0.1], dgc[:momentum=0.9,clip=0,warmup=0] (with dgc, train with --optimizer sgd "
+                   "--momentum 0: the momentum is in what is sent)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"],
+                   help="adamw (weight decay 0.01, betas 0.9 / 0.99) or sgd (with --momentum)")
+    p.add_argument("--momentum", type=float, default=0.9, help="sgd's momentum, in [0, 1)")
     p.add_argument("--algorithm", default="auto", help="gradcomp algorithm: auto reduce-scatter allgather randomk")
     p.add_argument("--min-numel", type=int, default=1024, help="smaller parameters go uncompressed")
     p.add_argument("--start-iter", type=int, default=0, help="exact all-reduces before this step")
@@ -122,6 +127,13 @@ def parse_args(argv=None):
         p.error("--embd must be a multiple of --heads")
     if not (0 < a.lr < 10):
         p.error("--lr must be in (0, 10)")
+    if not (0 <= a.momentum < 1):
+        p.error("--momentum must be in [0, 1)")
+    try:  # the hook's own parser, so that a bad spec is a usage error here and not a failure on every rank
+        from gradcomp.torch.ddp import _error_feedback_policy
+        a.ef = _error_feedback_policy(a.ef).spec
+    except ValueError as e:  # gradcomp.InvalidArgument
+        p.error(f"--ef: {e}")
     if a.bucket_cap_mb is not None and not (0 < a.bucket_cap_mb <= 1e5):
         p.error("--bucket-cap-mb must be in (0, 1e5]")
     if a.resume and not a.checkpoint:
@@ -227,7 +239,8 @@ def main(argv=None) -> int:
                                                                {"bucket_cap_mb": args.bucket_cap_mb}))
     state = register_hook(ddp, args, group)
     powersgd_elements = powersgd_payload_elements(model, args.powersgd_rank)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99)) \
+        if args.optimizer == "adamw" else torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     start = 0
     if args.resume:
         ck = load_checkpoint(args.checkpoint, rank)

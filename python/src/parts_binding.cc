@@ -32,6 +32,7 @@ namespace {
 
 using namespace nb::literals;
 using Parts = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig>;
+using Entries = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>;
 
 constexpr size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -56,6 +57,21 @@ std::vector<PartRow> rowsOf(const Parts& parts, size_t numel, const char* what) 
   return rows;
 }
 
+// The entries each part's sparse codec sends (0: its own k), one per row; all 0 when not given.
+std::vector<uint64_t> entriesOf(const std::optional<Entries>& entries, size_t rows, const char* what) {
+  std::vector<uint64_t> ks(rows, 0);
+  if (!entries) return ks;
+  requireHost(what, "entries", *entries);
+  GRADCOMP_CHECK_ARG(entries->shape(0) == rows, what, ": entries has ", entries->shape(0), " values for ", rows,
+                     " parts");
+  for (size_t i = 0; i < rows; ++i) {
+    const int64_t k = entries->data()[i];
+    GRADCOMP_CHECK_ARG(k >= 0, what, ": part ", i, " asks for ", k, " entries");
+    ks[i] = static_cast<uint64_t>(k);
+  }
+  return ks;
+}
+
 }  // namespace
 
 void bindParts(nb::module_& m) {
@@ -63,7 +79,8 @@ void bindParts(nb::module_& m) {
       "encode_parts_into",
       [](const Compressor& codec, const Compressor& exact, FloatsIn x, Parts parts, BytesOut out, size_t at,
          std::optional<FloatsIn> residualIn, std::optional<FloatsOut> residualOut, uint64_t seed, uint32_t rank,
-         uint32_t step, bool skipNonFinite, bool scaleAuto, std::optional<uintptr_t> stream, int threads) {
+         uint32_t step, bool skipNonFinite, bool scaleAuto, std::optional<Entries> entries,
+         std::optional<uintptr_t> stream, int threads) {
         DeviceOfCall device("encode_parts", stream, threads);
         device.add("x", x).add("out", out);
         GRADCOMP_CHECK_ARG(residualIn.has_value() == residualOut.has_value(),
@@ -76,23 +93,26 @@ void bindParts(nb::module_& m) {
         }
         const ExecContext exec = device.exec();
         const auto rows = rowsOf(parts, x.size(), "encode_parts");
+        const auto ks = entriesOf(entries, rows.size(), "encode_parts");
         const auto xs = view(x);
         const auto wire = view(out);
         GRADCOMP_CHECK_ARG(at % 16 == 0, "encode_parts: the first wire must start 16-byte aligned, got offset ", at);
         uint64_t saturated = 0, skipped = 0;
         nb::gil_scoped_release release;
         std::vector<float> zeros, scratch;
-        for (const auto& r : rows) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const PartRow& r = rows[i];
           const Compressor& c = r.lossless ? exact : codec;
           const size_t n = r.end - r.start;
-          const size_t room = c.maxEncodedBytes(n);
+          EncodeContext ctx = encodeContext(seed, rank, step, r.tensorId);
+          ctx.kOverride = r.lossless ? 0 : ks[i];
+          const size_t room = c.maxEncodedBytes(n, ctx);
           GRADCOMP_CHECK_ARG(at + room <= wire.size(), "encode_parts: the message holds ", wire.size(),
                              " bytes; elements [", r.start, ", ", r.end, ") need ", room, " more at byte ", at);
-          const EncodeContext ctx = encodeContext(seed, rank, step, r.tensorId);
           const auto in = xs.subspan(r.start, n);
           const auto dst = wire.subspan(at, room);
           const bool ef = residualIn.has_value() && !r.lossless;
-          const double gamma = ef && scaleAuto ? scaledFeedbackGamma(c.varianceBound(n, 0)) : 1.0;
+          const double gamma = ef && scaleAuto ? scaledFeedbackGamma(c.varianceBound(n, ctx.kOverride)) : 1.0;
           GRADCOMP_CHECK_ARG(gamma == 1.0 || exec.device == Device::Cpu, "encode_parts: ef:scale=auto with codec '",
                              c.canonicalSpec(), "' (variance bound >= 1) runs on cpu buffers");
           EncodeResult res;
@@ -123,16 +143,17 @@ void bindParts(nb::module_& m) {
       "codec"_a, "exact"_a, "x"_a.noconvert(), "parts"_a.noconvert(), "out"_a.noconvert(), "at"_a,
       "residual_in"_a.noconvert() = nb::none(), "residual_out"_a.noconvert() = nb::none(), nb::kw_only(),
       "seed"_a = 0, "rank"_a = 0, "step"_a = 0, "skip_nonfinite"_a = false, "scale_auto"_a = false,
-      "stream"_a = nb::none(), "threads"_a = 1,
+      "entries"_a.noconvert() = nb::none(), "stream"_a = nb::none(), "threads"_a = 1,
       "Encodes every part of x into out from byte `at` on. Returns (status, bad index, end offset, "
       "saturated, skipped): status 1 when a part is non-finite (bad index: its first bad element in x), "
-      "with nothing after it encoded. scale_auto: error feedback as ef:scale=auto.");
+      "with nothing after it encoded. scale_auto: error feedback as ef:scale=auto. entries: one int64 per "
+      "part, the entries a sparse codec sends for it (DGC's warm-up; 0: the codec's own k).");
 
   m.def(
       "decode_parts_into",
       [](const Compressor& codec, const Compressor& exact, BytesIn slot, std::optional<BytesIn> lengths,
-         size_t used, FloatsOut x, Parts parts, bool accumulate, int origin, std::optional<uintptr_t> stream,
-         int threads) {
+         size_t used, FloatsOut x, Parts parts, bool accumulate, int origin, std::optional<Entries> entries,
+         std::optional<uintptr_t> stream, int threads) {
         const ExecContext exec = DeviceOfCall("decode_parts", stream, threads).add("slot", slot).add("x", x).exec();
         // The wires' sizes come from their headers; a device message is read through a host copy.
         const BytesIn& host = lengths ? *lengths : slot;
@@ -140,18 +161,22 @@ void bindParts(nb::module_& m) {
         GRADCOMP_CHECK_ARG(host.size() >= std::min(used, slot.size()) && used <= slot.size(), "decode_parts: ",
                            used, " bytes used of a message of ", slot.size(), " (host copy ", host.size(), ")");
         const auto rows = rowsOf(parts, x.size(), "decode_parts");
+        const auto ks = entriesOf(entries, rows.size(), "decode_parts");
         const auto wire = view(slot);
         const auto* head = reinterpret_cast<const std::byte*>(host.data());
         const auto xs = view(x);
         nb::gil_scoped_release release;
         size_t at = 32;
-        for (const auto& r : rows) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const PartRow& r = rows[i];
           const Compressor& c = r.lossless ? exact : codec;
+          EncodeContext bound;  // the sender's entries bound its wire (a larger k during DGC's warm-up)
+          bound.kOverride = r.lossless ? 0 : ks[i];
           GRADCOMP_CHECK(at + kWireHeaderBytes <= used, DecodeError, "rank ", origin, "'s message ends at byte ", used,
                          ", before its wire for elements [", r.start, ", ", r.end, ")");
           uint64_t payload;
           std::memcpy(&payload, head + at + 32, sizeof payload);  // WireHeader::payloadBytes
-          const size_t most = std::min(used - at, c.maxEncodedBytes(r.end - r.start));
+          const size_t most = std::min(used - at, c.maxEncodedBytes(r.end - r.start, bound));
           GRADCOMP_CHECK(payload <= most - kWireHeaderBytes, DecodeError, "rank ", origin, "'s wire for elements [",
                          r.start, ", ", r.end, ") claims ", payload, " payload bytes; ", most - kWireHeaderBytes,
                          " at most fit");
@@ -162,8 +187,8 @@ void bindParts(nb::module_& m) {
         }
       },
       "codec"_a, "exact"_a, "slot"_a.noconvert(), "lengths"_a.noconvert() = nb::none(), "used"_a, "x"_a.noconvert(),
-      "parts"_a.noconvert(), nb::kw_only(), "accumulate"_a = false, "origin"_a = 0, "stream"_a = nb::none(),
-      "threads"_a = 1,
+      "parts"_a.noconvert(), nb::kw_only(), "accumulate"_a = false, "origin"_a = 0,
+      "entries"_a.noconvert() = nb::none(), "stream"_a = nb::none(), "threads"_a = 1,
       "Decodes the wires of a message (after its 32-byte header) into the parts of x; DecodeError names "
       "the sender (`origin`) and the part when a wire does not fit.");
 }

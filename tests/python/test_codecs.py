@@ -252,6 +252,34 @@ def test_the_hooks_scaled_error_feedback_is_the_policys_step():
         assert np.array_equal(sent[False][0], sent[True][0]) == (omega < 1), spec
 
 
+def test_parts_carry_dgcs_warm_up_entries_both_ways():
+    # DGC's warm-up in the DDP hook: encode_parts_into sends `entries` values of a sparse part (instead of
+    # the codec's k) and decode_parts_into bounds each wire by the same count, so a receiver told the
+    # codec's own k refuses the larger wire, naming the sender and the part.
+    from gradcomp import _C
+    g = normal(4096, seed=8)
+    codec, exact = gradcomp.Codec("topk:ratio=0.05"), gradcomp.Codec("none")
+    parts = np.array([[0, 4096, 3, 0], [4096, 4096 + 64, 4, 1]], dtype=np.int64)  # a sparse part, a lossless one
+    x = np.concatenate([g, normal(64, seed=9)])
+    k = np.array([1024, 0], dtype=np.int64)
+    out = np.zeros(32 + codec.max_encoded_bytes(4096, 1024) + 16 + exact.max_encoded_bytes(64), dtype=np.uint8)
+    code, _, end, _, _ = _C.encode_parts_into(codec._c, exact._c, x, parts, out, 32, entries=k)
+    assert code == 0
+    assert codec.inspect(out[32:])["num_elements"] == 4096
+    y = np.zeros_like(x)
+    _C.decode_parts_into(codec._c, exact._c, out, None, end, y, parts, entries=k)
+    kept = np.flatnonzero(y[:4096])
+    assert kept.size == 1024 and np.array_equal(y[kept], g[kept])
+    assert np.abs(g[kept]).min() >= np.sort(np.abs(g))[-1024]  # the 1024 largest magnitudes
+    assert np.array_equal(y[4096:], x[4096:])
+    with pytest.raises(gradcomp.DecodeError, match=r"rank 0's wire for elements \[0, 4096\) claims"):
+        _C.decode_parts_into(codec._c, exact._c, out, None, end, y, parts)
+    with pytest.raises(gradcomp.InvalidArgument, match="entries has 1 values for 2 parts"):
+        _C.encode_parts_into(codec._c, exact._c, x, parts, out, 32, entries=np.array([5], dtype=np.int64))
+    with pytest.raises(gradcomp.InvalidArgument, match="part 0 asks for -1 entries"):
+        _C.encode_parts_into(codec._c, exact._c, x, parts, out, 32, entries=np.array([-1, 0], dtype=np.int64))
+
+
 def test_error_feedback_specs_are_validated():
     with pytest.raises(gradcomp.InvalidArgument):
         gradcomp.ErrorFeedback("ef42")

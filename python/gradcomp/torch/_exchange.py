@@ -22,6 +22,7 @@ message in reduce-scatter), and all ranks raise the same error. No rank waits fo
 from __future__ import annotations
 
 import datetime
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -97,6 +98,10 @@ class Exchange:
         self.skip_nonfinite = skip_nonfinite
         self.threads = threads
         self.scale_auto = scale_auto  # error feedback as ef:scale=auto (C(c / (1 + omega)) where omega >= 1)
+        # DGC's warm-up: during its first steps a sparse codec sends max(ceil(density n), its own k) entries
+        # of an n-element part (the hook sets it per step; 0: the codec's own k). Every rank derives it from
+        # the step, so the receivers bound each wire by the same count.
+        self.sparse_density = 0.0
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def buffer(self, purpose: str, nbytes: int, device: torch.device, dtype=torch.uint8) -> torch.Tensor:
@@ -163,12 +168,23 @@ class Exchange:
     def codec_of(self, part: Part) -> Codec:
         return self.exact if part.lossless else self.codec
 
+    def entries(self, part: Part) -> int:
+        """The entries part's codec sends this step: 0 (its own k) unless DGC's warm-up asks for more; the
+        rule of the C++ DgcFeedback (compressors/error_feedback_policies.cc)."""
+        n = part.end - part.start
+        own = 0 if part.lossless or self.sparse_density == 0.0 else self.codec.sparse_entries(n)
+        return max(math.ceil(self.sparse_density * n), own) if own else 0
+
     def room(self, parts: list[Part]) -> int:
-        return HEADER_BYTES + sum(_align16(self.codec_of(p).max_encoded_bytes(p.end - p.start)) for p in parts)
+        return HEADER_BYTES + sum(_align16(self.codec_of(p).max_encoded_bytes(p.end - p.start, self.entries(p)))
+                                  for p in parts)
 
     @staticmethod
     def _rows(parts: list[Part]) -> np.ndarray:
         return np.array(parts, dtype=np.int64).reshape(-1, 4)
+
+    def _entries(self, parts: list[Part]) -> Optional[np.ndarray]:
+        return np.array([self.entries(p) for p in parts], dtype=np.int64) if self.sparse_density else None
 
     def encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
@@ -179,7 +195,7 @@ class Exchange:
         code, bad, used, saturated, skipped = _C.encode_parts_into(
             self.codec._c, self.exact._c, x, self._rows(parts), slot, HEADER_BYTES, residual_in, residual_out,
             seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite,
-            scale_auto=self.scale_auto, stream=stream, threads=self.threads)
+            scale_auto=self.scale_auto, entries=self._entries(parts), stream=stream, threads=self.threads)
         stats.codec_seconds += time.perf_counter() - t0
         stats.saturated += saturated
         stats.skipped += skipped
@@ -192,8 +208,8 @@ class Exchange:
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
         t0 = time.perf_counter()
         _C.decode_parts_into(self.codec._c, self.exact._c, slot, slot[:used].cpu() if slot.is_cuda else None, used,
-                             x, self._rows(parts), accumulate=accumulate, origin=origin, stream=stream,
-                             threads=self.threads)
+                             x, self._rows(parts), accumulate=accumulate, origin=origin,
+                             entries=self._entries(parts), stream=stream, threads=self.threads)
         stats.codec_seconds += time.perf_counter() - t0
 
     def _status_of(self, slots: torch.Tensor, step: int, layout: int, room: int) -> tuple[Status, np.ndarray]:

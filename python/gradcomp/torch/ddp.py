@@ -15,8 +15,9 @@ nonfinite="skip", that rank sends zeros for the bucket).
 
 
 import datetime
+import math
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -31,28 +32,70 @@ from ._layout import Layout, Piece, ResidualStore
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
-ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1")
+ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1", "dgc:momentum=0.9,clip=0,warmup=0")
 _FORMAT = "gradcomp.ddp_state/1"
 
 
-def _error_feedback_policy(spec: str) -> tuple[str, str, float]:
-    """(canonical spec, policy name, eta) of one of ERROR_FEEDBACK; ef21-sgdm takes eta in (0, 1]."""
+class _Policy(NamedTuple):
+    """An error_feedback spec parsed: its canonical text, the policy's name and its parameters."""
+
+    spec: str
+    name: str
+    eta: float = 1.0        # ef21-sgdm
+    momentum: float = 0.0   # dgc
+    clip: float = 0.0       # dgc (0: no clipping)
+    warmup: int = 0         # dgc (steps)
+
+
+def _options(spec: str, defaults: dict[str, str]) -> dict[str, str]:
+    """key=value options after the policy's name, each key one of defaults'."""
+    values = dict(defaults)
+    for option in spec.partition(":")[2].split(",") if ":" in spec else []:
+        key, eq, value = option.partition("=")
+        if key not in defaults or not eq:
+            raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: unknown option {option!r} (takes "
+                                     f"{', '.join(k + '=' for k in defaults)})")
+        values[key] = value
+    return values
+
+
+def _number(spec: str, key: str, text: str, ok: Callable[[float], bool], rule: str, integral: bool = False) -> float:
+    try:
+        value = int(text) if integral else float(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: {key} must be {rule}, got {text!r}")
+    return value
+
+
+def _error_feedback_policy(spec: str) -> _Policy:
+    """One of ERROR_FEEDBACK parsed: ef21-sgdm takes eta in (0, 1]; dgc momentum in [0, 1), clip >= 0
+    (the L2 norm each parameter's gradient is clipped to; 0: none) and warmup >= 0 steps."""
     if isinstance(spec, str) and spec in ERROR_FEEDBACK[:4]:
-        return spec, spec, 1.0
-    if isinstance(spec, str) and spec.partition(":")[0] == "ef21-sgdm":
-        eta = 0.1
-        for option in spec.partition(":")[2].split(",") if ":" in spec else []:
-            key, _, value = option.partition("=")
-            try:
-                eta = float(value) if key == "eta" else float("nan")
-            except ValueError:
-                eta = float("nan")
-            if not 0.0 < eta <= 1.0:
-                raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: ef21-sgdm takes eta in (0, 1], got "
-                                         f"{option!r}")
-        return f"ef21-sgdm:eta={eta!r}", "ef21-sgdm", eta
-    raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got {spec!r} (dgc runs "
-                             f"through gradcomp.ErrorFeedback and the C++ reducer, not this hook yet)")
+        return _Policy(spec, spec)
+    name = spec.partition(":")[0] if isinstance(spec, str) else None
+    if name == "ef21-sgdm":
+        o = _options(spec, {"eta": "0.1"})
+        eta = _number(spec, "eta", o["eta"], lambda v: 0.0 < v <= 1.0, "in (0, 1]")
+        return _Policy(f"ef21-sgdm:eta={eta!r}", "ef21-sgdm", eta=eta)
+    if name == "dgc":
+        o = _options(spec, {"momentum": "0.9", "clip": "0", "warmup": "0"})
+        m = _number(spec, "momentum", o["momentum"], lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+        clip = _number(spec, "clip", o["clip"], lambda v: 0.0 <= v < math.inf, "a finite number >= 0")
+        warmup = int(_number(spec, "warmup", o["warmup"], lambda v: 0 <= v < 2**32, "an integer in [0, 2^32)",
+                             integral=True))
+        return _Policy(f"dgc:momentum={m!r},clip={clip!r},warmup={warmup}", "dgc", momentum=m, clip=clip,
+                       warmup=warmup)
+    raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got {spec!r}")
+
+
+def _warmup_density(policy: _Policy, step: int) -> float:
+    """DGC's warm-up: a sparse codec sends a quarter, then 1/16, 1/64, 1/256 of each parameter over four
+    equal stages of `warmup` steps (never fewer entries than its own k), as the C++ DgcFeedback."""
+    if policy.name != "dgc" or step >= policy.warmup:
+        return 0.0
+    return 0.25 ** (4 * step // policy.warmup + 1)
 
 
 def _choose_algorithm(codec: Codec, algorithm: str) -> str:
@@ -86,6 +129,14 @@ class DDPState:
                     for a codec that is not contractive.
                     "ef21-sgdm:eta=0.1" (Fatkhullin et al. 2023): ef21 on the momentum estimate
                     v <- (1 - eta) v + eta g, v kept per parameter (H then estimates the mean of v).
+                    "dgc:momentum=0.9,clip=0,warmup=0" (Lin et al. 2018, Deep Gradient Compression):
+                    momentum correction u <- m u + clip(g) (clip: each parameter's gradient scaled to at
+                    most this L2 norm; 0: none), the accumulated c = v + u sent, v <- c - D(wire), and u
+                    zeroed where its coordinate was sent (momentum factor masking); for `warmup` steps a
+                    sparse codec sends 25 %, 6.25 %, 1.56 %, 0.39 % of each parameter over four equal
+                    stages (never fewer than its own k). The momentum is in what is sent: train with
+                    plain SGD (no optimizer momentum), as the paper does. The C++ DgcFeedback's step; not
+                    with nonfinite="skip".
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
@@ -107,8 +158,9 @@ class DDPState:
                  min_numel: int = 1024, seed: int = 0, nonfinite: str = "error",
                  timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1,
                  model_links: Sequence[str] = ()):
-        error_feedback, self._policy, self._eta = _error_feedback_policy(error_feedback)
-        if self._policy.startswith("ef21") and nonfinite == "skip":
+        self._parsed = _error_feedback_policy(error_feedback)
+        error_feedback, self._policy = self._parsed.spec, self._parsed.name
+        if self._policy in ("ef21", "ef21-sgdm", "dgc") and nonfinite == "skip":
             raise _C.InvalidArgument(f"DDPState: error_feedback '{error_feedback}' with nonfinite='skip' is not supported "
                                      "(a skipped rank's estimate would move by what it did not send)")
         if algorithm not in ALGORITHMS:
@@ -138,7 +190,7 @@ class DDPState:
         self.residuals = ResidualStore()         # the senders' error (ef)
         self.server_residuals = ResidualStore()  # the owners' re-encode error (ef, reduce-scatter)
         self.shared = ResidualStore()            # ef21's shared estimate H (the same on every rank)
-        self.momentum = ResidualStore()          # ef21-sgdm's v
+        self.momentum = ResidualStore()          # ef21-sgdm's v; dgc's momentum u
         self.last_stats: dict[str, Any] = {}
         self._names: dict[int, str] = {}
         self._layouts: dict[tuple, tuple] = {}
@@ -219,8 +271,10 @@ class DDPState:
     def __setstate__(self, s: dict) -> None:
         sd = s.pop("_state_dict")
         s.setdefault("_warned_not_contractive", False)  # pickled before the warning existed
-        if "_policy" not in s:  # pickled before ef21-sgdm
-            _, s["_policy"], s["_eta"] = _error_feedback_policy(s["error_feedback"])
+        if "_parsed" not in s:  # pickled before dgc (or before ef21-sgdm)
+            s["_parsed"] = _error_feedback_policy(s["error_feedback"])
+            s["_policy"] = s["_parsed"].name
+            s.pop("_eta", None)
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
         self._layouts = {}
@@ -300,6 +354,7 @@ class DDPState:
         else:
             layout, parts = self._layout(buffer, grads, params)
             compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
+            ex.sparse_density = _warmup_density(self._parsed, step)
             self._reduce_parts(layout, buffer, parts, step, stats)
         self._account(step, last, buffer.numel(), compressed_elements, stats)
         return buffer
@@ -319,11 +374,30 @@ class DDPState:
             # g), and v' is kept only once the step has succeeded.
             v, v_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
             v_new.copy_(v)
-            keep = 1.0 - self._eta
+            eta = self._parsed.eta
+            keep = 1.0 - eta
             for p in parts:
                 if not p.lossless:
-                    torch.add(v[p.start:p.end].mul(keep), x[p.start:p.end].mul(self._eta), out=v_new[p.start:p.end])
+                    torch.add(v[p.start:p.end].mul(keep), x[p.start:p.end].mul(eta), out=v_new[p.start:p.end])
                     x[p.start:p.end].copy_(v_new[p.start:p.end])
+        dgc = ef and self._policy == "dgc"
+        if dgc:
+            # DGC's momentum correction: u' = m u + clip(g) is what the rank accumulates and sends (the fused
+            # encode adds the residual v: c = v + u', v' = c - D(wire)); u' is kept once the step succeeds,
+            # zeroed where the rank sent its coordinate.
+            u, u_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
+            u_new.copy_(u)
+            for p in parts:
+                if not p.lossless:
+                    g = x[p.start:p.end]
+                    if self._parsed.clip > 0:
+                        # local gradient clipping by each parameter's L2 norm (in double, the factor then
+                        # rounded to fp32, as the C++ policy), kept on the tensor's device: no sync per part
+                        norm = torch.linalg.vector_norm(g, dtype=torch.float64)
+                        scale = torch.where(norm > self._parsed.clip, self._parsed.clip / norm, 1.0).float()
+                        g = g.mul(scale)
+                    torch.add(u[p.start:p.end].mul(self._parsed.momentum), g, out=u_new[p.start:p.end])
+                    x[p.start:p.end].copy_(u_new[p.start:p.end])
         grad = x.clone() if ef21 else None
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
@@ -360,6 +434,16 @@ class DDPState:
             self.shared.commit(layout)
             if self._policy == "ef21-sgdm":
                 self.momentum.commit(layout)
+        if dgc:
+            # Momentum factor masking: a coordinate was sent where the decoded wire is not zero (the C++
+            # policy decodes its wire to see it). Here the fused encode's v' = c - D(wire) tells: v' is c
+            # exactly where D(wire) is 0, and differs from c where it is not (a nonzero decoded value is
+            # never below half an ulp of the c it stands for).
+            for p in parts:
+                if not p.lossless:
+                    sent = rout[p.start:p.end] != u_new[p.start:p.end] + rin[p.start:p.end]
+                    u_new[p.start:p.end].masked_fill_(sent, 0.0)
+            self.momentum.commit(layout)
         if ef:
             self.residuals.commit(layout)
             if self.algorithm == "reduce-scatter":

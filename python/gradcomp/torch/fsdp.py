@@ -61,7 +61,7 @@ class CompressedReduceScatter:
                  threads: int = 1, min_numel: int = 0, fqn: str = ""):
         if error_feedback not in ("none", "ef", "ef:scale=auto"):
             raise _C.InvalidArgument(f"CompressedReduceScatter: error_feedback must be 'none', 'ef' or "
-                                     f"'ef:scale=auto', got {error_feedback!r}")
+                                     f"'ef:scale=auto' (ef21, ef21-sgdm and dgc are the DDP hook's), got {error_feedback!r}")
         if nonfinite not in ("error", "skip"):
             raise _C.InvalidArgument(f"CompressedReduceScatter: nonfinite must be 'error' or 'skip', got {nonfinite!r}")
         self.module = module
