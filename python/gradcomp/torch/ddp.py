@@ -17,6 +17,7 @@ nonfinite="skip", that rank sends zeros for the bucket).
 import datetime
 import math
 import time
+import warnings
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import torch
@@ -48,13 +49,16 @@ class _Policy(NamedTuple):
 
 
 def _options(spec: str, defaults: dict[str, str]) -> dict[str, str]:
-    """key=value options after the policy's name, each key one of defaults'."""
-    values = dict(defaults)
+    """key=value options after the policy's name, each key one of defaults' and given at most once."""
+    values, seen = dict(defaults), set()
     for option in spec.partition(":")[2].split(",") if ":" in spec else []:
         key, eq, value = option.partition("=")
         if key not in defaults or not eq:
             raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: unknown option {option!r} (takes "
                                      f"{', '.join(k + '=' for k in defaults)})")
+        if key in seen:
+            raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: {key} is given twice")
+        seen.add(key)
         values[key] = value
     return values
 
@@ -66,7 +70,7 @@ def _number(spec: str, key: str, text: str, ok: Callable[[float], bool], rule: s
         value = None
     if value is None or not ok(value):
         raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: {key} must be {rule}, got {text!r}")
-    return value
+    return value + 0  # -0.0 as 0.0: one canonical spec per value (the ranks compare them)
 
 
 def _error_feedback_policy(spec: str) -> _Policy:
@@ -81,7 +85,8 @@ def _error_feedback_policy(spec: str) -> _Policy:
         return _Policy(f"ef21-sgdm:eta={eta!r}", "ef21-sgdm", eta=eta)
     if name == "dgc":
         o = _options(spec, {"momentum": "0.9", "clip": "0", "warmup": "0"})
-        m = _number(spec, "momentum", o["momentum"], lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+        # the C++ DgcFeedback's range (its momentum is an fp32 factor below 1)
+        m = _number(spec, "momentum", o["momentum"], lambda v: 0.0 <= v <= 0.999999, "in [0, 0.999999]")
         clip = _number(spec, "clip", o["clip"], lambda v: 0.0 <= v < math.inf, "a finite number >= 0")
         warmup = int(_number(spec, "warmup", o["warmup"], lambda v: 0 <= v < 2**32, "an integer in [0, 2^32)",
                              integral=True))
@@ -91,8 +96,9 @@ def _error_feedback_policy(spec: str) -> _Policy:
 
 
 def _warmup_density(policy: _Policy, step: int) -> float:
-    """DGC's warm-up: a sparse codec sends a quarter, then 1/16, 1/64, 1/256 of each parameter over four
-    equal stages of `warmup` steps (never fewer entries than its own k), as the C++ DgcFeedback."""
+    """DGC's warm-up at `step` steps into compression: a sparse codec sends a quarter, then 1/16, 1/64,
+    1/256 of each parameter over four equal stages of `warmup` steps (never fewer entries than its own k),
+    as the C++ DgcFeedback."""
     if policy.name != "dgc" or step >= policy.warmup:
         return 0.0
     return 0.25 ** (4 * step // policy.warmup + 1)
@@ -134,9 +140,10 @@ class DDPState:
                     most this L2 norm; 0: none), the accumulated c = v + u sent, v <- c - D(wire), and u
                     zeroed where its coordinate was sent (momentum factor masking); for `warmup` steps a
                     sparse codec sends 25 %, 6.25 %, 1.56 %, 0.39 % of each parameter over four equal
-                    stages (never fewer than its own k). The momentum is in what is sent: train with
-                    plain SGD (no optimizer momentum), as the paper does. The C++ DgcFeedback's step; not
-                    with nonfinite="skip".
+                    stages from start_iter on (never fewer than its own k). The momentum is in what is
+                    sent: train with plain SGD (no optimizer momentum), as the paper does; the exact steps
+                    (before start_iter, or a world of one rank) carry none, and say so once. The C++
+                    DgcFeedback's step; not with nonfinite="skip" nor with a rotated codec (rotate=).
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group)
@@ -163,6 +170,11 @@ class DDPState:
         if self._policy in ("ef21", "ef21-sgdm", "dgc") and nonfinite == "skip":
             raise _C.InvalidArgument(f"DDPState: error_feedback '{error_feedback}' with nonfinite='skip' is not supported "
                                      "(a skipped rank's estimate would move by what it did not send)")
+        if self._policy == "dgc" and "rotate=" in Codec(codec).canonical_spec:
+            # The masking needs the coordinates the codec sent; a rotated codec sends mixtures of 2^m of them.
+            raise _C.InvalidArgument(f"DDPState: error_feedback 'dgc' with codec {codec!r}: dgc's momentum masking "
+                                     "needs the coordinates a codec sends, and a rotated codec (rotate=) sends "
+                                     "rotated ones; use it without rotate=")
         if algorithm not in ALGORITHMS:
             raise _C.InvalidArgument(f"DDPState: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
         if nonfinite not in ("error", "skip"):
@@ -196,6 +208,7 @@ class DDPState:
         self._layouts: dict[tuple, tuple] = {}
         self._checked = False
         self._warned_not_contractive = False
+        self._warned_exact_momentum = False
         self._pending_stats: dict[str, Any] = {}
         # For the diagnosis: when the last bucket of a step was handed over (backward has ended: what
         # follows until it completes is exposed communication) and when the previous step completed.
@@ -270,7 +283,8 @@ class DDPState:
 
     def __setstate__(self, s: dict) -> None:
         sd = s.pop("_state_dict")
-        s.setdefault("_warned_not_contractive", False)  # pickled before the warning existed
+        s.setdefault("_warned_not_contractive", False)  # pickled before the warnings existed
+        s.setdefault("_warned_exact_momentum", False)
         if "_parsed" not in s:  # pickled before dgc (or before ef21-sgdm)
             s["_parsed"] = _error_feedback_policy(s["error_feedback"])
             s["_policy"] = s["_parsed"].name
@@ -350,11 +364,17 @@ class DDPState:
             self._checked = True
         compressed_elements = 0
         if step < self.start_iter or ex.world == 1:
+            if self._policy in ("dgc", "ef21-sgdm") and not self._warned_exact_momentum:
+                warnings.warn(f"gradcomp ddp_hook: {self.error_feedback}'s momentum is part of what it sends, and "
+                              f"{'a world of one rank' if ex.world == 1 else f'the steps before start_iter={self.start_iter}'}"
+                              " all-reduce exactly, without it: those steps take no momentum unless the optimizer "
+                              "has its own", stacklevel=2)
+                self._warned_exact_momentum = True
             ex.exact_mean(buffer, stats)
         else:
             layout, parts = self._layout(buffer, grads, params)
             compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
-            ex.sparse_density = _warmup_density(self._parsed, step)
+            ex.sparse_density = _warmup_density(self._parsed, step - self.start_iter)  # from compression's start
             self._reduce_parts(layout, buffer, parts, step, stats)
         self._account(step, last, buffer.numel(), compressed_elements, stats)
         return buffer
@@ -438,7 +458,8 @@ class DDPState:
             # Momentum factor masking: a coordinate was sent where the decoded wire is not zero (the C++
             # policy decodes its wire to see it). Here the fused encode's v' = c - D(wire) tells: v' is c
             # exactly where D(wire) is 0, and differs from c where it is not (a nonzero decoded value is
-            # never below half an ulp of the c it stands for).
+            # never below half an ulp of the c it stands for). That holds for every codec without rotate=
+            # (compared with the decode's rule on 500k values each); rotated ones are refused above.
             for p in parts:
                 if not p.lossless:
                     sent = rout[p.start:p.end] != u_new[p.start:p.end] + rin[p.start:p.end]
