@@ -650,6 +650,39 @@ def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(
     expect(int(skipped) >= 1, "no bucket counted as skipped")
 
 
+@check(2, 4)
+def an_overflowing_error_feedback_state_is_reset_with_a_warning(rank, group):
+    # An error-feedback state grown to FLT_MAX with a large finite gradient: value + residual (ef, through
+    # reduce-scatter and allgather) or m u + g (dgc's momentum) is not finite while the gradient is. The
+    # step goes on with that state reset to zero, warning with the parameter's name, as the C++ policies
+    # do; before, it was a NonFiniteError that blamed the finite gradient, at every step after.
+    data = batches(rank, 2)
+    big = torch.finfo(torch.float32).max
+    for codec, ef, store in (("int8", "ef", "residuals"), ("topk:ratio=0.05", "ef", "residuals"),
+                             ("topk:ratio=0.05", "dgc:momentum=0.999999", "momentum"),
+                             ("topk:ratio=0.05", "dgc:momentum=0.999999", "residuals")):
+        ddp, state = hooked(group, codec, ef, min_numel=100)
+        train(ddp, data[:1], lr=0.0)
+        sd = state.state_dict()
+        sd[store]["fc1.weight"] = torch.full_like(sd[store]["fc1.weight"], big)
+        state.load_state_dict(sd)
+        h = ddp.module.fc1.weight.register_hook(lambda g: g.abs() * 1e34 + 1e34)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got, _ = train(ddp, data[1:], lr=0.0, record_grads=True)
+            state.wait()
+        h.remove()
+        told = [str(w.message) for w in caught if "overflowed" in str(w.message)]
+        expect(bool(told) and all("fc1.weight" in t for t in told), f"{codec} {ef} {store}: warnings {told}")
+        expect(bool(torch.isfinite(got[0]).all()) and same_on_all_ranks(got[0], group),
+               f"{codec} {ef} {store}: the step after the reset is not finite or differs between ranks")
+        expect(state.last_stats["resets"] >= 1, f"{codec} {ef}: resets {state.last_stats['resets']}")
+        after = state.state_dict()[store]["fc1.weight"]
+        expect(bool(torch.isfinite(after).all()) and float(after.abs().max()) < big,
+               f"{codec} {ef}: the {store} of fc1.weight was not reset")
+        state.close()
+
+
 @check(2)
 def the_hook_state_pickles_with_torch_save(rank, group):
     data = batches(rank, 4)

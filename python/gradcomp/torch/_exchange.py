@@ -69,6 +69,7 @@ class ExchangeStats:
     comm_seconds: float = 0.0    # waiting for collectives
     skipped: int = 0             # non-finite gradients replaced by zeros (nonfinite="skip")
     saturated: int = 0           # values clamped to the format's range by the encoder
+    resets: int = 0              # error-feedback states reset to zero after overflowing (a warning each)
 
     def add(self, other: "ExchangeStats") -> None:
         for f in self.__dataclass_fields__:
@@ -102,6 +103,8 @@ class Exchange:
         # of an n-element part (the hook sets it per step; 0: the codec's own k). Every rank derives it from
         # the step, so the receivers bound each wire by the same count.
         self.sparse_density = 0.0
+        # The caller's buffer index -> (parameter, element), for the warnings (set per call by the caller).
+        self.name_at: Optional[Callable[[int], tuple[str, int]]] = None
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def buffer(self, purpose: str, nbytes: int, device: torch.device, dtype=torch.uint8) -> torch.Tensor:
@@ -188,14 +191,33 @@ class Exchange:
 
     def encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
-                      stats: ExchangeStats) -> tuple[Status, int]:
-        """Encodes every part into slot after its header (one C++ call); returns (status, bytes used)."""
+                      stats: ExchangeStats, in_buffer: bool = True) -> tuple[Status, int]:
+        """Encodes every part into slot after its header (one C++ call); returns (status, bytes used).
+
+        A part whose value is finite where value + residual is not (an error-feedback state grown past
+        the float range) has its residual reset to zero for this step, with a warning naming it (by
+        self.name_at where x is the caller's buffer: in_buffer), as the C++ policies do; the encode is
+        then retried. A non-finite value is the caller's NonFiniteError."""
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
         t0 = time.perf_counter()
-        code, bad, used, saturated, skipped = _C.encode_parts_into(
-            self.codec._c, self.exact._c, x, self._rows(parts), slot, HEADER_BYTES, residual_in, residual_out,
-            seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite,
-            scale_auto=self.scale_auto, entries=self._entries(parts), stream=stream, threads=self.threads)
+        given = residual_in
+        while True:
+            code, bad, used, saturated, skipped = _C.encode_parts_into(
+                self.codec._c, self.exact._c, x, self._rows(parts), slot, HEADER_BYTES, residual_in, residual_out,
+                seed=self.seed, rank=self.rank, step=step, skip_nonfinite=self.skip_nonfinite,
+                scale_auto=self.scale_auto, entries=self._entries(parts), stream=stream, threads=self.threads)
+            if code == STATUS_OK or residual_in is None or not bool(torch.isfinite(x[bad])):
+                break
+            part = next(p for p in parts if p.start <= bad < p.end)
+            if residual_in is given:
+                residual_in = residual_in.clone()  # the caller's residuals stay as committed
+            residual_in[part.start:part.end].zero_()
+            stats.resets += 1
+            name, element = self.name_at(bad) if in_buffer and self.name_at else \
+                (f"tensor id {part.tensor_id & 0x7FFFFFFF}", bad - part.start)
+            warnings.warn(f"gradcomp: the error-feedback residual of {name} overflowed (value + residual at element "
+                          f"{element} is not finite on rank {self.rank}); reset to zero for this step",
+                          stacklevel=2)
         stats.codec_seconds += time.perf_counter() - t0
         stats.saturated += saturated
         stats.skipped += skipped
@@ -274,7 +296,7 @@ class Exchange:
             sout = torch.empty_like(sin) if sin is not None else None
             # The owner's re-encode draws from its own stream (the high bit) so it never repeats a sender's.
             reencode = [Part(p.start, p.end, p.tensor_id | 0x80000000, p.lossless) for p in local]
-            status, used = self.encode_parts(acc, reencode, out, sin, sout, step, stats)
+            status, used = self.encode_parts(acc, reencode, out, sin, sout, step, stats, in_buffer=False)
             if sout is not None and status.code == STATUS_OK:
                 for p, q in zip(mine, local):
                     server_out[p.start:p.end].copy_(sout[q.start:q.end])

@@ -375,6 +375,7 @@ class DDPState:
             layout, parts = self._layout(buffer, grads, params)
             compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
             ex.sparse_density = _warmup_density(self._parsed, step - self.start_iter)  # from compression's start
+            ex.name_at = layout.name_at
             self._reduce_parts(layout, buffer, parts, step, stats)
         self._account(step, last, buffer.numel(), compressed_elements, stats)
         return buffer
@@ -407,6 +408,7 @@ class DDPState:
             # zeroed where the rank sent its coordinate.
             u, u_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
             u_new.copy_(u)
+            clipped = {}
             for p in parts:
                 if not p.lossless:
                     g = x[p.start:p.end]
@@ -416,8 +418,20 @@ class DDPState:
                         norm = torch.linalg.vector_norm(g, dtype=torch.float64)
                         scale = torch.where(norm > self._parsed.clip, self._parsed.clip / norm, 1.0).float()
                         g = g.mul(scale)
+                    clipped[p] = g
                     torch.add(u[p.start:p.end].mul(self._parsed.momentum), g, out=u_new[p.start:p.end])
-                    x[p.start:p.end].copy_(u_new[p.start:p.end])
+            if not bool(torch.isfinite(u_new).all()):
+                # A momentum grown past the float range where the gradient is finite restarts from the
+                # gradient, with a warning (the C++ policy resets its state so); a non-finite gradient is
+                # left for the encode to report as the NonFiniteError it is.
+                for p, g in clipped.items():
+                    if not bool(torch.isfinite(u_new[p.start:p.end]).all()) and bool(torch.isfinite(g).all()):
+                        u_new[p.start:p.end].copy_(g)
+                        stats.resets += 1
+                        warnings.warn(f"gradcomp ddp_hook: dgc's momentum of {layout.name_at(p.start)[0]} overflowed "
+                                      f"on rank {ex.rank}; reset to zero for this step", stacklevel=2)
+            for p in clipped:
+                x[p.start:p.end].copy_(u_new[p.start:p.end])
         grad = x.clone() if ef21 else None
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
@@ -491,7 +505,7 @@ class DDPState:
                 "fp32_allreduce_bytes": fp32_ring,
                 "compression_ratio": fp32_ring / s.bytes_sent if s.bytes_sent else 1.0,
                 "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
-                "skipped": s.skipped, "saturated": s.saturated,
+                "skipped": s.skipped, "saturated": s.saturated, "resets": s.resets,
             }
             self._diagnose(s)
 

@@ -97,6 +97,7 @@ class CompressedReduceScatter:
             raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
+        ex.name_at = layout.name_at
         ef = self.error_feedback != "none"
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
