@@ -14,6 +14,8 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -125,7 +127,13 @@ void bindParts(nb::module_& m) {
                                               view(*residualOut).subspan(r.start, n), dst, ctx, exec)
                        : c.encode(in, dst, ctx, exec);
           } catch (const NonFiniteError& e) {
-            if (!skipNonFinite) return std::tuple<int, uint64_t, size_t, uint64_t, uint64_t>(1, r.start + e.index(), 0, saturated, skipped);
+            // With a residual, the non-finite value may be value + residual of a finite value (a state grown
+            // past the float range): reported, not skipped, so that the caller resets that state (skip is for
+            // non-finite gradients; skipping would keep the state, and drop this part, at every later step).
+            const bool stateOverflow = ef && exec.device == Device::Cpu &&
+                                       std::all_of(in.begin(), in.end(), [](float v) { return std::isfinite(v); });
+            if (!skipNonFinite || stateOverflow)
+              return std::tuple<int, uint64_t, size_t, uint64_t, uint64_t>(1, r.start + e.index(), 0, saturated, skipped);
             GRADCOMP_CHECK_ARG(exec.device == Device::Cpu, "encode_parts: nonfinite=skip runs on cpu buffers");
             zeros.assign(n, 0.0f);
             res = c.encode(zeros, dst, ctx, exec);

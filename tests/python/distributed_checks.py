@@ -652,16 +652,21 @@ def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(
 
 @check(2, 4)
 def an_overflowing_error_feedback_state_is_reset_with_a_warning(rank, group):
-    # An error-feedback state grown to FLT_MAX with a large finite gradient: value + residual (ef, through
-    # reduce-scatter and allgather) or m u + g (dgc's momentum) is not finite while the gradient is. The
-    # step goes on with that state reset to zero, warning with the parameter's name, as the C++ policies
-    # do; before, it was a NonFiniteError that blamed the finite gradient, at every step after.
+    # An error-feedback state grown to FLT_MAX with a large finite gradient: value + residual (ef, the
+    # senders' through reduce-scatter and allgather, an owner's re-encode, under nonfinite="skip" too) or
+    # m u + g (dgc's momentum) is not finite while the gradient is. The step goes on with that state reset
+    # to zero, warning with the parameter's name, as the C++ policies reset theirs; before, it was a
+    # NonFiniteError that blamed the finite gradient, at every step after (and under skip, a part dropped
+    # at every step). ef21's h cannot be reset on one rank (every rank's H holds it): a clear error.
     data = batches(rank, 2)
     big = torch.finfo(torch.float32).max
-    for codec, ef, store in (("int8", "ef", "residuals"), ("topk:ratio=0.05", "ef", "residuals"),
-                             ("topk:ratio=0.05", "dgc:momentum=0.999999", "momentum"),
-                             ("topk:ratio=0.05", "dgc:momentum=0.999999", "residuals")):
-        ddp, state = hooked(group, codec, ef, min_numel=100)
+    cases = (("int8", "ef", "residuals", {}), ("int8", "ef", "server_residuals", {}),
+             ("int8", "ef", "residuals", {"nonfinite": "skip"}), ("topk:ratio=0.05", "ef", "residuals", {}),
+             ("topk:ratio=0.05", "dgc:momentum=0.999999", "momentum", {}),
+             ("topk:ratio=0.05", "dgc:momentum=0.999999", "residuals", {}))
+    for codec, ef, store, kw in cases:
+        what = f"{codec} {ef} {store} {kw}"
+        ddp, state = hooked(group, codec, ef, min_numel=100, **kw)
         train(ddp, data[:1], lr=0.0)
         sd = state.state_dict()
         sd[store]["fc1.weight"] = torch.full_like(sd[store]["fc1.weight"], big)
@@ -673,14 +678,43 @@ def an_overflowing_error_feedback_state_is_reset_with_a_warning(rank, group):
             state.wait()
         h.remove()
         told = [str(w.message) for w in caught if "overflowed" in str(w.message)]
-        expect(bool(told) and all("fc1.weight" in t for t in told), f"{codec} {ef} {store}: warnings {told}")
+        # (every rank owns a segment of fc1.weight in reduce-scatter, so every owner resets its own)
+        expect(bool(told) and all("fc1.weight" in t for t in told) and state.last_stats["resets"] >= 1,
+               f"{what}: warnings {told}, resets {state.last_stats['resets']}")
         expect(bool(torch.isfinite(got[0]).all()) and same_on_all_ranks(got[0], group),
-               f"{codec} {ef} {store}: the step after the reset is not finite or differs between ranks")
-        expect(state.last_stats["resets"] >= 1, f"{codec} {ef}: resets {state.last_stats['resets']}")
-        after = state.state_dict()[store]["fc1.weight"]
-        expect(bool(torch.isfinite(after).all()) and float(after.abs().max()) < big,
-               f"{codec} {ef}: the {store} of fc1.weight was not reset")
+               f"{what}: the step after the reset is not finite or differs between ranks")
+        expect(state.last_stats["skipped"] == 0, f"{what}: skipped {state.last_stats['skipped']}")
+        after = state.state_dict()[store]["fc1.weight"].reshape(-1)
+        if store == "server_residuals":  # an owner keeps (and resets) its own segment's only
+            seg = -(-after.numel() // dist.get_world_size(group))
+            after = after[rank * seg:(rank + 1) * seg]
+        expect(bool(torch.isfinite(after).all()) and float(after.abs().max()) < big, f"{what}: not reset")
+        if ef.startswith("dgc"):  # the momentum masked where sent (5 %), not zeroed whole after a reset
+            zero = float((state.state_dict()["momentum"]["fc1.weight"] == 0).float().mean())
+            expect(zero < 0.5, f"{what}: {zero:.2f} of the momentum is zero")
         state.close()
+    ddp, state = hooked(group, "int8", "ef21", min_numel=100)
+    train(ddp, data[:1], lr=0.0)
+    sd = state.state_dict()
+    sd["residuals"]["fc1.weight"] = torch.full_like(sd["residuals"]["fc1.weight"], big)
+    state.load_state_dict(sd)
+    before = {k: state.state_dict()[k] for k in ("residuals", "shared")}
+    x, y = data[1]
+
+    def overflowing_step():
+        ddp.zero_grad()
+        h = ddp.module.fc1.weight.register_hook(lambda g: g.abs() * 1e34 + 1e34)
+        try:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        finally:
+            h.remove()
+
+    msg = raises_on_every_rank(overflowing_step, gradcomp.NonFiniteError, group)
+    expect("error-feedback state of parameter 'fc1.weight' overflowed" in msg and "ef21" in msg, msg)
+    for k, was in before.items():
+        now = state.state_dict()[k]
+        expect(all(torch.equal(was[n], now[n]) for n in was), f"ef21: {k} changed by the refused step")
+    state.close()
 
 
 @check(2)

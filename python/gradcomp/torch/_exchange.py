@@ -25,7 +25,7 @@ import datetime
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -37,7 +37,7 @@ from .._codec import Codec
 
 HEADER_BYTES = 32
 _MAGIC = 0x31484347  # "GCH1"
-STATUS_OK, STATUS_NONFINITE, STATUS_LAYOUT, STATUS_STEP = 0, 1, 2, 3
+STATUS_OK, STATUS_NONFINITE, STATUS_LAYOUT, STATUS_STEP, STATUS_STATE_OVERFLOW = 0, 1, 2, 3, 4
 _HEADER = np.dtype([("magic", "<u4"), ("status", "<u4"), ("origin", "<u4"), ("step", "<u4"),
                     ("layout", "<u4"), ("reserved", "<u4"), ("value", "<u8")])
 assert _HEADER.itemsize == HEADER_BYTES
@@ -70,6 +70,7 @@ class ExchangeStats:
     skipped: int = 0             # non-finite gradients replaced by zeros (nonfinite="skip")
     saturated: int = 0           # values clamped to the format's range by the encoder
     resets: int = 0              # error-feedback states reset to zero after overflowing (a warning each)
+    reset_parts: list = field(default_factory=list)  # the (start, end) of the caller's buffer they covered
 
     def add(self, other: "ExchangeStats") -> None:
         for f in self.__dataclass_fields__:
@@ -105,6 +106,9 @@ class Exchange:
         self.sparse_density = 0.0
         # The caller's buffer index -> (parameter, element), for the warnings (set per call by the caller).
         self.name_at: Optional[Callable[[int], tuple[str, int]]] = None
+        # Whether an overflowed residual may be reset on this rank alone: not for ef21, whose shared
+        # estimate H, the same on every rank, would keep the old h for good (STATUS_STATE_OVERFLOW instead).
+        self.resettable = True
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def buffer(self, purpose: str, nbytes: int, device: torch.device, dtype=torch.uint8) -> torch.Tensor:
@@ -191,13 +195,17 @@ class Exchange:
 
     def encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,
-                      stats: ExchangeStats, in_buffer: bool = True) -> tuple[Status, int]:
+                      stats: ExchangeStats, name_at: Optional[Callable[[int], tuple[str, int]]] = None
+                      ) -> tuple[Status, int]:
         """Encodes every part into slot after its header (one C++ call); returns (status, bytes used).
 
         A part whose value is finite where value + residual is not (an error-feedback state grown past
-        the float range) has its residual reset to zero for this step, with a warning naming it (by
-        self.name_at where x is the caller's buffer: in_buffer), as the C++ policies do; the encode is
-        then retried. A non-finite value is the caller's NonFiniteError."""
+        the float range) has its residual reset to zero for this step, with a warning naming it (name_at:
+        x's index -> parameter and element; self.name_at by default), as the C++ policies reset theirs;
+        the encode is then retried, and the parts of the caller's buffer reset are in stats.reset_parts
+        (an owner's re-encode passes its own name_at and is not listed). Where the senders' state may not
+        be reset on one rank (self.resettable false: ef21), that is STATUS_STATE_OVERFLOW. A non-finite
+        value is the caller's NonFiniteError."""
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else None
         t0 = time.perf_counter()
         given = residual_in
@@ -208,13 +216,19 @@ class Exchange:
                 scale_auto=self.scale_auto, entries=self._entries(parts), stream=stream, threads=self.threads)
             if code == STATUS_OK or residual_in is None or not bool(torch.isfinite(x[bad])):
                 break
+            senders = name_at is None  # the caller's own buffer and residuals (not an owner's re-encode)
+            if senders and not self.resettable:
+                stats.codec_seconds += time.perf_counter() - t0
+                return Status(STATUS_STATE_OVERFLOW, self.rank, bad), 0
             part = next(p for p in parts if p.start <= bad < p.end)
             if residual_in is given:
                 residual_in = residual_in.clone()  # the caller's residuals stay as committed
             residual_in[part.start:part.end].zero_()
             stats.resets += 1
-            name, element = self.name_at(bad) if in_buffer and self.name_at else \
-                (f"tensor id {part.tensor_id & 0x7FFFFFFF}", bad - part.start)
+            if senders:
+                stats.reset_parts.append((part.start, part.end))
+            names = name_at or self.name_at
+            name, element = names(bad) if names else (f"tensor id {part.tensor_id}", bad - part.start)
             warnings.warn(f"gradcomp: the error-feedback residual of {name} overflowed (value + residual at element "
                           f"{element} is not finite on rank {self.rank}); reset to zero for this step",
                           stacklevel=2)
@@ -296,7 +310,11 @@ class Exchange:
             sout = torch.empty_like(sin) if sin is not None else None
             # The owner's re-encode draws from its own stream (the high bit) so it never repeats a sender's.
             reencode = [Part(p.start, p.end, p.tensor_id | 0x80000000, p.lossless) for p in local]
-            status, used = self.encode_parts(acc, reencode, out, sin, sout, step, stats, in_buffer=False)
+            def owned_name_at(i: int) -> tuple[str, int]:  # acc's packed index -> the buffer's, named
+                q, p = next((q, p) for q, p in zip(local, mine) if q.start <= i < q.end)
+                return self.name_at(p.start + i - q.start) if self.name_at else ("?", i)
+
+            status, used = self.encode_parts(acc, reencode, out, sin, sout, step, stats, owned_name_at)
             if sout is not None and status.code == STATUS_OK:
                 for p, q in zip(mine, local):
                     server_out[p.start:p.end].copy_(sout[q.start:q.end])
@@ -413,6 +431,13 @@ def raise_status(status: Status, where: str, name_at: Callable[[int], tuple[str,
         e.tensor_id, e.index = 0, index
         e.parameter, e.rank = name, status.origin
         raise e
+    if status.code == STATUS_STATE_OVERFLOW:
+        name, index = name_at(status.value)
+        raise _C.NonFiniteError(f"gradcomp {where}: the error-feedback state of parameter '{name}' overflowed at "
+                                f"element {index} on rank {status.origin} (step {step}; the gradient is finite): "
+                                f"ef21's estimate h cannot be reset on one rank, since the shared estimate H of every "
+                                f"rank holds it; nothing was applied (restart the hook's state, or resume from a "
+                                f"checkpoint)")
     if status.code == STATUS_LAYOUT:
         raise _C.CollectiveMismatch(f"gradcomp {where}: rank {status.origin} reduces a bucket with another layout "
                                     f"(hash {status.value:#010x}, this rank {expected_layout:#010x}) at step {step}: "

@@ -314,6 +314,7 @@ class DDPState:
             self._exchange = Exchange(self.codec, self.process_group, self.timeout, self.seed,
                                       self.nonfinite == "skip", self.threads, self.error_feedback == "ef:scale=auto")
             self._worker = FifoWorker(f"gradcomp-ddp-{id(self):x}")
+            self._exchange.resettable = self._policy not in ("ef21", "ef21-sgdm")  # H holds every rank's h
         buffer = bucket.buffer()
         grads = bucket.gradients()
         params = bucket.parameters()
@@ -420,7 +421,7 @@ class DDPState:
                         g = g.mul(scale)
                     clipped[p] = g
                     torch.add(u[p.start:p.end].mul(self._parsed.momentum), g, out=u_new[p.start:p.end])
-            if not bool(torch.isfinite(u_new).all()):
+            if not bool(torch.isfinite(u_new).all()):  # (one host sync per bucket and step)
                 # A momentum grown past the float range where the gradient is finite restarts from the
                 # gradient, with a warning (the C++ policy resets its state so); a non-finite gradient is
                 # left for the encode to report as the NonFiniteError it is.
@@ -474,9 +475,14 @@ class DDPState:
             # exactly where D(wire) is 0, and differs from c where it is not (a nonzero decoded value is
             # never below half an ulp of the c it stands for). That holds for every codec without rotate=
             # (compared with the decode's rule on 500k values each); rotated ones are refused above.
+            used = rin
+            if stats.reset_parts:  # encoded with a residual reset to zero (an overflow): c = u' there
+                used = rin.clone()
+                for a, b in stats.reset_parts:
+                    used[a:b] = 0.0
             for p in parts:
                 if not p.lossless:
-                    sent = rout[p.start:p.end] != u_new[p.start:p.end] + rin[p.start:p.end]
+                    sent = rout[p.start:p.end] != u_new[p.start:p.end] + used[p.start:p.end]
                     u_new[p.start:p.end].masked_fill_(sent, 0.0)
             self.momentum.commit(layout)
         if ef:

@@ -151,7 +151,8 @@ class CompressedReduceScatter:
         self.step += 1
         self.last_stats = {"step": self.step - 1, "bytes_sent": stats.bytes_sent,
                            "fp32_reduce_scatter_bytes": (W - 1) * chunk * 4,
-                           "codec_seconds": stats.codec_seconds, "comm_seconds": stats.comm_seconds}
+                           "codec_seconds": stats.codec_seconds, "comm_seconds": stats.comm_seconds,
+                           "resets": stats.resets}
         return None
 
     def state_dict(self) -> dict:
