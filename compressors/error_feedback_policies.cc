@@ -2,6 +2,7 @@
 #include <cmath>
 #include <utility>
 
+#include "compressors/dgc_warmup.h"
 #include "compressors/error_feedback.h"
 #include "compressors/scaled_error_feedback.h"
 #include "core/error.h"
@@ -146,13 +147,8 @@ class DgcFeedback final : public ErrorFeedback {
 
  protected:
   uint64_t kOverride(const Compressor& codec, size_t n, const EncodeContext& ctx) const override {
-    if (ctx.kOverride || ctx.step >= warmup_ || codec.sparseEntries(n) == 0) return ctx.kOverride;
-    // Warm-up: density 25 %, 6.25 %, 1.56 %, 0.39 % over four equal stages (never sparser than the
-    // codec's own k), as in DGC's exponentially increasing sparsity.
-    const uint32_t stage = static_cast<uint32_t>(uint64_t{4} * ctx.step / warmup_);
-    const double density = std::pow(0.25, stage + 1);
-    const uint64_t k = static_cast<uint64_t>(std::ceil(density * static_cast<double>(n)));
-    return std::max<uint64_t>(k, codec.sparseEntries(n));
+    if (ctx.kOverride) return ctx.kOverride;
+    return dgcWarmupEntries(codec.sparseEntries(n), n, ctx.step, warmup_);  // 0 after the warm-up: own k
   }
 
   EncodeResult compressFinite(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,

@@ -41,40 +41,54 @@ double blockSumSquares(const float* x, size_t n) {
 
 float blockL2Norm(const float* x, size_t n, int levels) { return scalar::qsgdWireNorm(blockSumSquares(x, n), levels); }
 
+#ifdef GRADCOMP_HAVE_AVX2
+namespace {
+
+// blockSumSquares of kBlocks consecutive whole blocks (blockSize % 8 == 0), one 4-lane accumulator each:
+// the same order within every block (so the same bits), kBlocks independent addition chains instead of
+// one, which is what bounds the single-block loop when its input is in cache. The caller has the input
+// there (qsgd prefetches its tile while it draws the tile's uniforms). Eight chains keep both FMA pipes
+// busy through the FMA's 4-cycle latency; four left half of them idle, and the AVX-512 loop's two blocks
+// to a register (a permute per vector, and vcvtps2pd of 16 lanes is two micro-ops on Zen 4) was slower
+// still: qsgd's sums 1.34 (AVX-512, 4 registers) / 1.12 (4 blocks) -> 0.67 ms per 16M values in L1/L2 on
+// the Zen 4 of 2026-12-05 (docs/notes.md).
+template <size_t kBlocks>
+void sumSquaresOfBlockGroup(const float* p, size_t blockSize, double* sums) {
+  __m256d acc[kBlocks];
+  for (auto& a : acc) a = _mm256_setzero_pd();
+  for (size_t i = 0; i < blockSize; i += 8)
+    for (size_t k = 0; k < kBlocks; ++k) {
+      const float* q = p + k * blockSize + i;
+      const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
+#if defined(__FMA__)
+      // One rounding either way: the square of an fp32 is exact in double.
+      acc[k] = _mm256_fmadd_pd(hi, hi, _mm256_fmadd_pd(lo, lo, acc[k]));
+#else
+      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
+      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
+#endif
+    }
+  for (size_t k = 0; k < kBlocks; ++k) {
+    double lane[4];
+    _mm256_storeu_pd(lane, acc[k]);
+    sums[k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  }
+}
+
+}  // namespace
+#endif
+
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums) {
   const size_t blocks = (n + blockSize - 1) / blockSize;
   size_t b = 0;
-#if GRADCOMP_CPU_AVX512_KERNELS
-  if (blockSize % 8 == 0 && activeCpuPath() == CpuPath::Avx512) b = avx512::blockSumSquaresGroups(x, n, blockSize, sums);
-#endif
 #ifdef GRADCOMP_HAVE_AVX2
-  // Four blocks at a time, one accumulator each: blockSumSquares's order within every block (so the same
-  // bits), four independent addition chains instead of one, which is what bounds the single-block loop
-  // when its input is in cache. The caller has the input there (qsgd prefetches its tile while it draws
-  // the tile's uniforms): streamed from memory, four interleaved blocks read as four streams a block
-  // apart, which the AMD EPYC's prefetcher served worse than one (docs/notes.md).
-  if (blockSize % 8 == 0)
-    for (; b + 4 <= blocks && (b + 4) * blockSize <= n; b += 4) {
-      const float* p = x + b * blockSize;
-      __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-      for (size_t i = 0; i < blockSize; i += 8)
-        for (int k = 0; k < 4; ++k) {
-          const float* q = p + k * blockSize + i;
-          const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(q)), hi = _mm256_cvtps_pd(_mm_loadu_ps(q + 4));
-#if defined(__FMA__)
-          // One rounding either way: the square of an fp32 is exact in double.
-          acc[k] = _mm256_fmadd_pd(hi, hi, _mm256_fmadd_pd(lo, lo, acc[k]));
-#else
-          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(lo, lo));
-          acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(hi, hi));
-#endif
-        }
-      for (int k = 0; k < 4; ++k) {
-        double lane[4];
-        _mm256_storeu_pd(lane, acc[k]);
-        sums[b + k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-      }
-    }
+  // Whole blocks eight, then four at a time; streamed from memory, interleaved blocks read as that many
+  // streams a block apart, which the AMD EPYC's prefetcher served worse than one (docs/notes.md), so the
+  // caller brings the tile into cache first.
+  if (blockSize % 8 == 0) {
+    for (; (b + 8) * blockSize <= n; b += 8) sumSquaresOfBlockGroup<8>(x + b * blockSize, blockSize, sums + b);
+    for (; (b + 4) * blockSize <= n; b += 4) sumSquaresOfBlockGroup<4>(x + b * blockSize, blockSize, sums + b);
+  }
 #endif
   for (; b < blocks; ++b) sums[b] = blockSumSquares(x + b * blockSize, std::min(blockSize, n - b * blockSize));
 }

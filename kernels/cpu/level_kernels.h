@@ -11,8 +11,8 @@ namespace gradcomp::cpu {
 // (l0+l1)+(l2+l3): a fixed order, so every backend that follows it gets the same value.
 double blockSumSquares(const float* x, size_t n);
 // sums[b] = blockSumSquares of each consecutive block (the last may be short), bit for bit: a tile's
-// blocks summed in one pass before any is encoded (and a non-finite sum found first). Four blocks (AVX2)
-// or eight (AVX-512) run side by side, so x should be in cache (as qsgd's prefetched tile is): from
+// blocks summed in one pass before any is encoded (and a non-finite sum found first). Eight blocks (then
+// four) run side by side on the AVX2 and AVX-512 paths, so x should be in cache (as qsgd's prefetched tile is): from
 // memory, as many streams a block apart are slower than one.
 void blockSumSquaresEach(const float* x, size_t n, size_t blockSize, double* sums);
 // The block's qsgd wire norm with `levels` levels: its L2 norm, capped so that it decodes to finite

@@ -1,7 +1,7 @@
-// The qsgd and terngrad element rules of kernels/scalar/level_codes.h on 16 lanes, and qsgd's sums of
-// squares. qsgd's 4-bit codes are packed 128 at a time by in-lane packs (avx512_block_steps.h), a short
-// run's by pairing codes within 64-bit lanes and narrowing with vpmov*; terngrad's 2-bit codes come
-// from two masks. The target attribute (not a file-wide flag) keeps the build runnable on CPUs without
+// The qsgd and terngrad element rules of kernels/scalar/level_codes.h on 16 lanes (qsgd's sums of squares
+// are level_kernels.cc's eight-block AVX2 loop on either path). qsgd's 4-bit codes are packed 128 at a
+// time by in-lane packs (avx512_block_steps.h), a short run's by pairing codes within 64-bit lanes and
+// narrowing with vpmov*; terngrad's 2-bit codes come from two masks. The target attribute (not a file-wide flag) keeps the build runnable on CPUs without
 // AVX-512.
 #include "kernels/cpu/level_kernels_avx512.h"
 
@@ -51,34 +51,6 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
     }
   }
   return i;
-}
-
-GRADCOMP_AVX512 size_t blockSumSquaresGroups(const float* x, size_t n, size_t blockSize, double* sums) {
-  // Each block's four lanes (lane j adds x[i + j]^2 then x[i + 4 + j]^2, in order) with a neighbour's in
-  // one register: two blocks' x[i .. i + 3] widened together, then their x[i + 4 .. i + 7]. A square of an
-  // fp32 is exact in double, so one FMA rounds as the product-then-sum did. Four registers of two blocks
-  // keep four chains busy; the AVX2 loop's eight instructions per 8 values on 3 ports (cvtps2pd is two
-  // micro-ops) left qsgd's sums at a sixth of its encode.
-  size_t b = 0;
-  for (; b + 8 <= n / blockSize; b += 8) {
-    const float* p = x + b * blockSize;
-    __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-    for (size_t i = 0; i < blockSize; i += 8)
-      for (int k = 0; k < 4; ++k) {
-        const __m256 first = _mm256_loadu_ps(p + (2 * k) * blockSize + i);
-        const __m256 second = _mm256_loadu_ps(p + (2 * k + 1) * blockSize + i);
-        const __m512d lo = _mm512_cvtps_pd(_mm256_permute2f128_ps(first, second, 0x20));  // x[i .. i + 3] of both
-        const __m512d hi = _mm512_cvtps_pd(_mm256_permute2f128_ps(first, second, 0x31));  // x[i + 4 .. i + 7]
-        acc[k] = _mm512_fmadd_pd(hi, hi, _mm512_fmadd_pd(lo, lo, acc[k]));
-      }
-    for (int k = 0; k < 4; ++k) {
-      alignas(64) double lane[8];
-      _mm512_store_pd(lane, acc[k]);
-      sums[b + 2 * static_cast<size_t>(k)] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-      sums[b + 2 * static_cast<size_t>(k) + 1] = (lane[4] + lane[5]) + (lane[6] + lane[7]);
-    }
-  }
-  return b;
 }
 
 GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {

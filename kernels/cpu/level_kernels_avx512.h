@@ -17,10 +17,6 @@ namespace gradcomp::cpu::avx512 {
 // many it wrote.
 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed);
 
-// blockSumSquaresEach's sums (level_kernels.h: the documented order, bit for bit) of the first whole
-// groups of 8 blocks (blockSize % 8 == 0), two blocks to a register; returns how many blocks it summed.
-size_t blockSumSquaresGroups(const float* x, size_t n, size_t blockSize, double* sums);
-
 // scalar::ternCode (2 bits, pre == 1, inv = fl(1 / max |x|)) likewise.
 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed);
 

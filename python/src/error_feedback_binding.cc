@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "compressors/dgc_warmup.h"
 #include "compressors/error_feedback.h"
 #include "core/error.h"
 #include "encode_context.h"
@@ -195,6 +196,13 @@ void bindErrorFeedback(nb::module_& m) {
         loadInto(s, nb::cast<nb::bytes>(t[1]));
       })
       .def("__repr__", [](PyErrorFeedback& s) { return "ErrorFeedback('" + s.policy().canonicalSpec() + "')"; });
+
+  // The one warm-up rule (compressors/dgc_warmup.h) for the hook's per-part counts, so that they cannot
+  // drift from the C++ policy's.
+  m.def("dgc_warmup_entries", &dgcWarmupEntries, "own_entries"_a, "n"_a, "step"_a, "warmup"_a,
+        "DGC's warm-up: the entries a sparse codec that sends own_entries of n sends at step (0-based) of a "
+        "warmup-step warm-up (a quarter, then 1/16, 1/64, 1/256 of n over four equal stages, never fewer than "
+        "its own); 0 (its own k) after the warm-up or for a dense codec (own_entries 0).");
 }
 
 }  // namespace gradcomp::python

@@ -278,6 +278,13 @@ def test_parts_carry_dgcs_warm_up_entries_both_ways():
         _C.encode_parts_into(codec._c, exact._c, x, parts, out, 32, entries=np.array([5], dtype=np.int64))
     with pytest.raises(gradcomp.InvalidArgument, match="part 0 asks for -1 entries"):
         _C.encode_parts_into(codec._c, exact._c, x, parts, out, 32, entries=np.array([-1, 0], dtype=np.int64))
+    # The counts come from the C++ policy's own rule (compressors/dgc_warmup.h), as its test has them:
+    # topk:ratio=0.001 of 10000 over an 8-step warm-up: 25 %, 6.25 %, 1.5625 % rounded up, 0.39 %, then
+    # 0 (the codec's own 10); a dense codec (own 0) never gets more.
+    own = gradcomp.Codec("topk:ratio=0.001").sparse_entries(10000)
+    assert own == 10
+    assert [_C.dgc_warmup_entries(own, 10000, step, 8) for step in (0, 2, 4, 6, 8, 9)] == [2500, 625, 157, 40, 0, 0]
+    assert _C.dgc_warmup_entries(0, 10000, 0, 8) == 0 and _C.dgc_warmup_entries(5000, 10000, 6, 8) == 5000
 
 
 def test_error_feedback_specs_are_validated():

@@ -22,7 +22,6 @@ message in reduce-scatter), and all ranks raise the same error. No rank waits fo
 from __future__ import annotations
 
 import datetime
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -100,10 +99,11 @@ class Exchange:
         self.skip_nonfinite = skip_nonfinite
         self.threads = threads
         self.scale_auto = scale_auto  # error feedback as ef:scale=auto (C(c / (1 + omega)) where omega >= 1)
-        # DGC's warm-up: during its first steps a sparse codec sends max(ceil(density n), its own k) entries
-        # of an n-element part (the hook sets it per step; 0: the codec's own k). Every rank derives it from
-        # the step, so the receivers bound each wire by the same count.
-        self.sparse_density = 0.0
+        # DGC's warm-up, (steps into compression, warm-up length), set by the hook per step: a sparse codec
+        # sends more than its own k during the first steps (compressors/dgc_warmup.h, the C++ policy's rule
+        # through _C.dgc_warmup_entries). Every rank derives it from the step, so the receivers bound each
+        # wire by the same count. (0, 0): no warm-up.
+        self.warmup = (0, 0)
         # The caller's buffer index -> (parameter, element), for the warnings (set per call by the caller).
         self.name_at: Optional[Callable[[int], tuple[str, int]]] = None
         # Whether an overflowed residual may be reset on this rank alone: not for ef21, whose shared
@@ -178,9 +178,11 @@ class Exchange:
     def entries(self, part: Part) -> int:
         """The entries part's codec sends this step: 0 (its own k) unless DGC's warm-up asks for more; the
         rule of the C++ DgcFeedback (compressors/error_feedback_policies.cc)."""
+        step, length = self.warmup
+        if part.lossless or step >= length:
+            return 0
         n = part.end - part.start
-        own = 0 if part.lossless or self.sparse_density == 0.0 else self.codec.sparse_entries(n)
-        return max(math.ceil(self.sparse_density * n), own) if own else 0
+        return _C.dgc_warmup_entries(self.codec.sparse_entries(n), n, step, length)
 
     def room(self, parts: list[Part]) -> int:
         return HEADER_BYTES + sum(_align16(self.codec_of(p).max_encoded_bytes(p.end - p.start, self.entries(p)))
@@ -191,7 +193,7 @@ class Exchange:
         return np.array(parts, dtype=np.int64).reshape(-1, 4)
 
     def _entries(self, parts: list[Part]) -> Optional[np.ndarray]:
-        return np.array([self.entries(p) for p in parts], dtype=np.int64) if self.sparse_density else None
+        return np.array([self.entries(p) for p in parts], dtype=np.int64) if self.warmup[0] < self.warmup[1] else None
 
     def encode_parts(self, x: torch.Tensor, parts: list[Part], slot: torch.Tensor,
                       residual_in: Optional[torch.Tensor], residual_out: Optional[torch.Tensor], step: int,

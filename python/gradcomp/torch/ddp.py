@@ -95,15 +95,6 @@ def _error_feedback_policy(spec: str) -> _Policy:
     raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got {spec!r}")
 
 
-def _warmup_density(policy: _Policy, step: int) -> float:
-    """DGC's warm-up at `step` steps into compression: a sparse codec sends a quarter, then 1/16, 1/64,
-    1/256 of each parameter over four equal stages of `warmup` steps (never fewer entries than its own k),
-    as the C++ DgcFeedback."""
-    if policy.name != "dgc" or step >= policy.warmup:
-        return 0.0
-    return 0.25 ** (4 * step // policy.warmup + 1)
-
-
 def _choose_algorithm(codec: Codec, algorithm: str) -> str:
     t = codec.traits
     if algorithm == "auto":
@@ -375,7 +366,8 @@ class DDPState:
         else:
             layout, parts = self._layout(buffer, grads, params)
             compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
-            ex.sparse_density = _warmup_density(self._parsed, step - self.start_iter)  # from compression's start
+            # DGC's warm-up counts from compression's start
+            ex.warmup = (step - self.start_iter, self._parsed.warmup) if self._policy == "dgc" else (0, 0)
             ex.name_at = layout.name_at
             self._reduce_parts(layout, buffer, parts, step, stats)
         self._account(step, last, buffer.numel(), compressed_elements, stats)
