@@ -3,6 +3,7 @@
     torchrun --nproc-per-node 4 examples/torch/train_gpt.py --codec int8 --ef ef
     torchrun --nproc-per-node 4 examples/torch/train_gpt.py --hook none          # DDP's own all-reduce
     torchrun --nproc-per-node 4 examples/torch/train_gpt.py --hook torch-fp16    # torch's fp16_compress_hook
+    torchrun --nproc-per-node 4 examples/torch/train_gpt.py --fsdp --codec int8  # FSDP2, gradcomp's reduce-scatter
 
 The text is the complete works as scripts/setup extracted them to data/shakespeare (the modern
 edition, one file per work; nothing is downloaded). Runs on the CPU with gloo (NCCL on GPUs: --backend
@@ -10,6 +11,11 @@ nccl). Rank 0 shows a progress bar with the loss, the bytes this rank sent per s
 evaluates on held-out text every --eval-every steps, and prints one JSON summary line at the end.
 --checkpoint saves model, optimizer, hook state and data position every --save-every steps; --resume
 continues from it bitwise identically (the hook's residuals are keyed by parameter name).
+
+--fsdp shards the model with FSDP2 (fully_shard on every block and on the whole model) instead of DDP;
+--hook gradcomp then installs gradcomp's compressed reduce-scatter (compress_fsdp) and --hook none leaves
+FSDP's own. The bytes per step are the gradients' reduce-scatter (FSDP's all-gathers of the parameters are
+the same either way and not counted).
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ class CharGPT(nn.Module):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hook", default="gradcomp", choices=["gradcomp", "none", "torch-fp16", "torch-powersgd"])
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 instead of DDP (with --hook gradcomp or none)")
     p.add_argument("--codec", default="int8", help="gradcomp codec spec (with --hook gradcomp)")
     p.add_argument("--ef", default="ef", help="gradcomp error feedback: ef, none, ef:scale=auto, ef21, "
                    "ef21-sgdm[:eta=0.1], dgc[:momentum=0.9,clip=0,warmup=0] (with dgc, train with --optimizer sgd "
@@ -130,14 +137,20 @@ def parse_args(argv=None):
     if not (0 <= a.momentum < 1):
         p.error("--momentum must be in [0, 1)")
     try:  # the hook's own parser, so that a bad spec is a usage error here and not a failure on every rank
-        from gradcomp.torch.ddp import _error_feedback_policy
-        a.ef = _error_feedback_policy(a.ef).spec
+        from gradcomp.torch._policy import parse_error_feedback
+        a.ef = parse_error_feedback(a.ef).spec
     except ValueError as e:  # gradcomp.InvalidArgument
         p.error(f"--ef: {e}")
     if a.bucket_cap_mb is not None and not (0 < a.bucket_cap_mb <= 1e5):
         p.error("--bucket-cap-mb must be in (0, 1e5]")
     if a.resume and not a.checkpoint:
         p.error("--resume needs --checkpoint")
+    if a.fsdp:  # FSDP's reduce-scatter has no buckets, no exact first steps and one algorithm
+        for bad, given in (("--hook torch-fp16 / torch-powersgd", a.hook.startswith("torch-")),
+                           ("--start-iter", a.start_iter != 0), ("--bucket-cap-mb", a.bucket_cap_mb is not None),
+                           ("--algorithm", a.algorithm != "auto")):
+            if given:
+                p.error(f"--fsdp does not take {bad}")
     return a
 
 
@@ -165,12 +178,51 @@ def register_hook(ddp, args, group):
     return None
 
 
+def shard_with_fsdp(model: nn.Module, args):
+    """FSDP2 on every block and on the whole model; with --hook gradcomp, gradcomp's reduce-scatter on
+    each of them (returned by module name: the state to checkpoint), else FSDP's own (None)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for blk in model.blocks:
+        fully_shard(blk)
+    fully_shard(model)
+    if args.hook != "gradcomp":
+        return None
+    import gradcomp.torch as gt
+
+    return gt.compress_fsdp(model, codec=args.codec, error_feedback=args.ef, min_numel=args.min_numel, seed=args.seed)
+
+
+class FsdpState:
+    """compress_fsdp's reduce-scatters as one state (the bytes of a step, one checkpoint entry)."""
+
+    def __init__(self, comms: dict):
+        self.comms = comms
+
+    @property
+    def last_stats(self) -> dict:
+        return {"bytes_sent": sum(rs.last_stats.get("bytes_sent", 0) for rs in self.comms.values())}
+
+    def state_dict(self) -> dict:
+        return {name: rs.state_dict() for name, rs in self.comms.items()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        for name, rs in self.comms.items():
+            rs.load_state_dict(sd[name])
+
+    def close(self) -> None:
+        pass
+
+
 def bytes_per_step(args, state, n_params: int, world: int, step: int, powersgd_elements: int) -> float:
     """Bytes this rank sent in the last step: gradcomp counts its own; the others, from their formats
-    on a ring all-reduce (2 (W-1)/W of the payload; PowerSGD: its P and Q factors)."""
+    on a ring all-reduce (2 (W-1)/W of the payload; PowerSGD: its P and Q factors) or FSDP's ring
+    reduce-scatter ((W-1)/W of the fp32 gradient)."""
     ring = 2 * (world - 1) / world
     if args.hook == "gradcomp":
         return float(state.last_stats.get("bytes_sent", 0))
+    if args.fsdp:
+        return ring / 2 * 4 * n_params
     if args.hook == "torch-fp16":
         return ring * 2 * n_params
     if args.hook == "torch-powersgd" and step >= 2:  # start_powerSGD_iter: plain all-reduces before it
@@ -235,9 +287,13 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     model = CharGPT(len(vocab), args.embd, args.heads, args.layers, args.block)
     n_params = sum(p.numel() for p in model.parameters())
-    ddp = torch.nn.parallel.DistributedDataParallel(model, **({} if args.bucket_cap_mb is None else
-                                                               {"bucket_cap_mb": args.bucket_cap_mb}))
-    state = register_hook(ddp, args, group)
+    if args.fsdp:
+        comms = shard_with_fsdp(model, args)
+        ddp, state = model, FsdpState(comms) if comms is not None else None
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **({} if args.bucket_cap_mb is None else
+                                                                   {"bucket_cap_mb": args.bucket_cap_mb}))
+        state = register_hook(ddp, args, group)
     powersgd_elements = powersgd_payload_elements(model, args.powersgd_rank)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99)) \
         if args.optimizer == "adamw" else torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
@@ -283,7 +339,7 @@ def main(argv=None) -> int:
     if bar is not None:
         bar.close()
     steady = sorted(step_times[min(5, len(step_times) - 1):])  # the first steps include the bucket rebuild
-    summary = {"hook": args.hook, "codec": args.codec if args.hook == "gradcomp" else None,
+    summary = {"hook": args.hook, "fsdp": args.fsdp, "codec": args.codec if args.hook == "gradcomp" else None,
                "ef": args.ef if args.hook == "gradcomp" else None, "world": world, "params": n_params,
                "steps": args.steps, "final_val_loss": val_loss, "evals": evals,
                "median_step_seconds": steady[len(steady) // 2] if steady else float("nan"),

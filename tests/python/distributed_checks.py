@@ -744,28 +744,34 @@ def the_hook_state_pickles_with_torch_save(rank, group):
         restored.close()
 
 
+def fsdp_net():
+    """make_net with FSDP2 on each layer and the root (the default mesh: the default group)."""
+    from torch.distributed.fsdp import fully_shard
+    net = make_net()
+    for m in (net.fc1, net.fc2, net.head):
+        fully_shard(m, mesh=None)
+    fully_shard(net)
+    return net
+
+
+def fsdp_grads(net, data, lr: float = 0.1) -> list[torch.Tensor]:
+    """Each step's whole gradient (the shards gathered), every parameter flattened in order."""
+    out = []
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        out.append(torch.cat([p.grad.full_tensor().reshape(-1) for p in net.parameters()]))
+        opt.step()
+    return out
+
+
 @check(2)
 def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
-    from torch.distributed.fsdp import fully_shard
-
-    def fsdp_net():
-        net = make_net()
-        for m in (net.fc1, net.fc2, net.head):
-            fully_shard(m, mesh=None)
-        fully_shard(net)
-        return net
-
     data = batches(rank, 3)
 
     def grads_of(net):
-        out = []
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        for x, y in data:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x), y).backward()
-            out.append(torch.cat([p.grad.full_tensor().reshape(-1) for p in net.parameters()]))
-            opt.step()
-        return out
+        return fsdp_grads(net, data)
 
     ref = grads_of(fsdp_net())
     net = fsdp_net()
@@ -800,6 +806,120 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
         first[ef] = float(got[0].norm() / ref[0].norm())
     expect(first["ef:scale=auto"] < 0.75 * first["ef"], f"FSDP ef:scale=auto's first step {first['ef:scale=auto']:.2f} "
            f"of the exact norm, plain ef {first['ef']:.2f}")
+
+
+@check(2, 4)
+def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
+    # The DDP hook's other policies in the FSDP reduce-scatter, with lr 0 (the parameters never move, so
+    # each rank's gradients are known without FSDP, and the exact run's means are this run's too):
+    #  - ef21 through the lossless codec returns the exact mean at every step (a missing H, or an h that
+    #    never moves, is far off from step 1 on); through int8 within 3 % of it, as the hook;
+    #  - ef21-sgdm:eta=0.5 through the lossless codec returns the momentum of the exact means;
+    #  - dgc is the C++ DgcFeedback's step on each chunk of each parameter (the policy keyed by the chunk's
+    #    tensor id, on the gradient clipped as a whole), momentum and v included, warm-up and all;
+    #  - each state resumes bitwise on a new instance, and loads only into the policy that saved it.
+    # Parameters below min_numel=100 (the biases) are exact throughout.
+    W = dist.get_world_size(group)
+    data = batches(rank, 6)
+    exact = fsdp_grads(fsdp_net(), data, lr=0.0)
+    named = list(make_net().named_parameters())
+    sizes = [p.numel() for _, p in named]
+    compressed = [p.numel() >= 100 for _, p in named]
+
+    def run(codec, ef, steps=data, nets=None, **kw):
+        net = fsdp_net() if nets is None else nets
+        comms = gt.compress_fsdp(net, codec=codec, error_feedback=ef, min_numel=100, **kw) if nets is None else None
+        return fsdp_grads(net, steps, lr=0.0), comms, net
+
+    for codec, limit in (("none", 1e-6), ("int8", 3e-2)):
+        got, comms, _ = run(codec, "ef21")
+        for step, (g, e) in enumerate(zip(got, exact)):
+            rel = float((g - e).norm() / e.norm())
+            expect(rel <= limit, f"FSDP {codec} ef21 step {step}: {rel:.2e} from the exact mean > {limit}")
+        shared = {k: v for rs in comms.values() for k, v in rs.state_dict()["shared"].items()}
+        expect(sorted(shared) == sorted(n for n, _ in named), f"FSDP ef21: H is not saved by parameter: {sorted(shared)}")
+    got, comms, _ = run("none", "ef21-sgdm:eta=0.5")
+    m = torch.zeros_like(exact[0])
+    for step, (g, e) in enumerate(zip(got, exact)):
+        m = 0.5 * m + 0.5 * e
+        want = torch.cat([a if c else b for c, a, b in zip(compressed, m.split(sizes), e.split(sizes))])
+        rel = float((g - want).norm() / want.norm())
+        expect(rel <= 1e-6, f"FSDP ef21-sgdm step {step}: {rel:.2e} from the momentum of the exact means")
+
+    # dgc against the C++ policy, chunk by chunk: FSDP cuts a parameter of R rows into W chunks of
+    # ceil(R / W) rows (the last ones short or empty); chunk r's tensor id is the hook's for the element it
+    # starts at. Clipping is the parameter's as a whole, so the policy (clip=0) gets the clipped gradient.
+    spec, clip = "dgc:momentum=0.9,clip=0.05,warmup=4", 0.05
+    local = local_gradients(rank, data)
+    for codec_spec in ("topk:ratio=0.05", "randomk:ratio=0.05"):
+        got, comms, _ = run(codec_spec, spec)
+        codec = gradcomp.Codec(codec_spec)
+        policy = gradcomp.ErrorFeedback("dgc:momentum=0.9,clip=0,warmup=4")
+        chunks = []  # (parameter index, first element, end, tensor id)
+        for i, (name, p) in enumerate(named):
+            if p.numel() >= 100:
+                rows_per = -(-p.shape[0] // W) * (p.numel() // p.shape[0])
+                for r in range(W):
+                    first, end = r * rows_per, min((r + 1) * rows_per, p.numel())
+                    if first < end:
+                        chunks.append((i, first, end, zlib.crc32(f"{name}@{first}".encode()) & 0x7FFFFFFF))
+        for step, grads in enumerate(local):
+            want = exact[step].clone().split(sizes)
+            for i, first, end, tid in chunks:
+                g = grads[i]
+                norm = float(torch.linalg.vector_norm(g, dtype=torch.float64))
+                g = g * torch.tensor(clip / norm if norm > clip else 1.0, dtype=torch.float32)
+                piece = g[first:end].contiguous()
+                out = torch.zeros(policy.max_encoded_bytes(codec._c, piece.numel(), step=step), dtype=torch.uint8)
+                n = policy.compress_into(codec._c, piece.numpy(), out.numpy(), rank=rank, step=step,
+                                         tensor_id=tid).encoded.wire_bytes
+                mean = torch.from_numpy(codec.decode(out[:n].numpy()))
+                dist.all_reduce(mean, group=group)
+                want[i][first:end] = mean / W
+            want = torch.cat(want)
+            rel = float((got[step] - want).norm() / want.norm())
+            expect(rel <= 1e-5, f"FSDP {codec_spec} dgc step {step}: {rel:.2e} from the C++ policy's mean")
+        state = {k: v for rs in comms.values() for k, v in rs.state_dict()["momentum"].items()}
+        resid = {k: v for rs in comms.values() for k, v in rs.state_dict()["residuals"].items()}
+        for i, first, end, tid in chunks:
+            name = named[i][0]
+            u, v = torch.from_numpy(policy.state(tid, 0)), torch.from_numpy(policy.state(tid, 1))
+            mine = state[name].reshape(-1)[first:end]
+            expect(torch.allclose(mine, u, rtol=1e-5, atol=1e-8) and torch.equal(mine == 0, u == 0),
+                   f"FSDP {codec_spec} dgc: the momentum of {name}[{first}:{end}] is not the policy's")
+            expect(torch.allclose(resid[name].reshape(-1)[first:end], v, rtol=1e-5, atol=1e-8),
+                   f"FSDP {codec_spec} dgc: v of {name}[{first}:{end}] is not the policy's")
+
+    # Resume: two steps, the states saved, a new model and reduce-scatter loaded with them, two more
+    # steps: the same gradients, bit for bit, as four steps in one go.
+    for codec, ef in (("topk:ratio=0.05", spec), ("int8", "ef21"), ("int8", "ef21-sgdm:eta=0.5")):
+        whole, _, _ = run(codec, ef, data[:4])
+        first_half, comms, _ = run(codec, ef, data[:2])
+        saved = {fqn: torch.load(_saved(rs.state_dict()), weights_only=False) for fqn, rs in comms.items()}
+        net = fsdp_net()
+        again = gt.compress_fsdp(net, codec=codec, error_feedback=ef, min_numel=100)
+        for fqn, rs in again.items():
+            rs.load_state_dict(saved[fqn])
+        second_half = fsdp_grads(net, data[2:4], lr=0.0)
+        for step, (a, b) in enumerate(zip(whole, first_half + second_half)):
+            expect(torch.equal(a, b), f"FSDP {codec} {ef}: resumed step {step} differs by {float((a - b).abs().max()):.2e}")
+        rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback="ef")[""].load_state_dict(saved[""]),
+                 f"saved with error_feedback {saved[''].get('error_feedback')!r}, this reduce-scatter runs 'ef'",
+                 f"an FSDP state of {ef} loaded into ef")
+    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="topk:ratio=0.05", error_feedback=spec, nonfinite="skip"),
+             "nonfinite='skip' is not supported", "FSDP dgc with nonfinite='skip'")
+    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8:rotate=hadamard", error_feedback=spec), "rotated codec",
+             "FSDP dgc with a rotated codec")
+    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8", error_feedback="dgc:clip=-1"), "clip must be",
+             "FSDP dgc:clip=-1")
+
+
+def _saved(sd: dict) -> io.BytesIO:
+    """sd through torch.save, as a checkpoint holds it."""
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return buf
 
 
 @check(2)

@@ -42,12 +42,33 @@ def test_the_example_trains_and_resumes_bitwise(tmp_path):
                                                                         full["final_train_loss"])
 
 
+def test_the_example_runs_fsdp_with_gradcomps_reduce_scatter_and_resumes_bitwise(tmp_path):
+    # --fsdp: FSDP2 with compress_fsdp, here top-k 5 % with DGC (its 2-step warm-up sends a quarter of
+    # each chunk, then the codec's 5 %); resumed from its checkpoint (model and optimizer shards, the
+    # reduce-scatters' momentum and v) it ends where the uninterrupted run does, bit for bit. FSDP's own
+    # reduce-scatter (--hook none) sends the fp32 gradient: (W - 1) / W of it.
+    fsdp = [*TINY[:-4], "--fsdp", "--codec", "topk:ratio=0.05", "--ef", "dgc:momentum=0.9,warmup=2",
+            "--optimizer", "sgd", "--momentum", "0", "--lr", "0.3", "--min-numel", "100"]
+    full = summary(torchrun(*fsdp, "--steps", 6))
+    assert full["fsdp"] and full["evals"][0]["val_loss"] > full["final_val_loss"]
+    sent = full["bytes_sent"]
+    assert sent[0] > 2 * sent[2] and sent[2:] == [sent[2]] * 4, sent  # the warm-up's quarter, then 5 %
+    torchrun(*fsdp, "--steps", 3, "--checkpoint", tmp_path / "ck")
+    resumed = summary(torchrun(*fsdp, "--steps", 6, "--checkpoint", tmp_path / "ck", "--resume"))
+    assert (resumed["final_val_loss"], resumed["final_train_loss"]) == (full["final_val_loss"],
+                                                                        full["final_train_loss"])
+    plain = summary(torchrun(*TINY[:-4], "--fsdp", "--hook", "none", "--steps", 2))
+    assert plain["bytes_per_step"] == 4 * plain["params"] / 2 > 5 * sent[2]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--steps", "0"], "--steps must be at least 1"),
     (["--embd", "30", "--heads", "4"], "--embd must be a multiple of --heads"),
     (["--lr", "-1"], "--lr must be in (0, 10)"),
     (["--resume"], "--resume needs --checkpoint"),
     (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be in (0, 1e5]"),
+    (["--fsdp", "--hook", "torch-fp16"], "--fsdp does not take --hook torch-fp16"),
+    (["--fsdp", "--start-iter", "2"], "--fsdp does not take --start-iter"),
 ])
 def test_bad_options_are_refused_by_name(args, message):
     # argparse refuses them before torch.distributed starts: one process is enough.

@@ -15,10 +15,9 @@ nonfinite="skip", that rank sends zeros for the bucket).
 
 
 import datetime
-import math
 import time
 import warnings
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -30,69 +29,13 @@ from ..diagnose import codec_bound, diagnose
 from ._agreement import check_ranks_agree
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
+from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
+                      ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
+from ._policy import Policy as _Policy  # noqa: F401 -- DDPStates pickled before _policy.py name it here
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
-ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1", "dgc:momentum=0.9,clip=0,warmup=0")
 _FORMAT = "gradcomp.ddp_state/1"
-
-
-class _Policy(NamedTuple):
-    """An error_feedback spec parsed: its canonical text, the policy's name and its parameters."""
-
-    spec: str
-    name: str
-    eta: float = 1.0        # ef21-sgdm
-    momentum: float = 0.0   # dgc
-    clip: float = 0.0       # dgc (0: no clipping)
-    warmup: int = 0         # dgc (steps)
-
-
-def _options(spec: str, defaults: dict[str, str]) -> dict[str, str]:
-    """key=value options after the policy's name, each key one of defaults' and given at most once."""
-    values, seen = dict(defaults), set()
-    for option in spec.partition(":")[2].split(",") if ":" in spec else []:
-        key, eq, value = option.partition("=")
-        if key not in defaults or not eq:
-            raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: unknown option {option!r} (takes "
-                                     f"{', '.join(k + '=' for k in defaults)})")
-        if key in seen:
-            raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: {key} is given twice")
-        seen.add(key)
-        values[key] = value
-    return values
-
-
-def _number(spec: str, key: str, text: str, ok: Callable[[float], bool], rule: str, integral: bool = False) -> float:
-    try:
-        value = int(text) if integral else float(text)
-    except ValueError:
-        value = None
-    if value is None or not ok(value):
-        raise _C.InvalidArgument(f"DDPState: error_feedback {spec!r}: {key} must be {rule}, got {text!r}")
-    return value + 0  # -0.0 as 0.0: one canonical spec per value (the ranks compare them)
-
-
-def _error_feedback_policy(spec: str) -> _Policy:
-    """One of ERROR_FEEDBACK parsed: ef21-sgdm takes eta in (0, 1]; dgc momentum in [0, 1), clip >= 0
-    (the L2 norm each parameter's gradient is clipped to; 0: none) and warmup >= 0 steps."""
-    if isinstance(spec, str) and spec in ERROR_FEEDBACK[:4]:
-        return _Policy(spec, spec)
-    name = spec.partition(":")[0] if isinstance(spec, str) else None
-    if name == "ef21-sgdm":
-        o = _options(spec, {"eta": "0.1"})
-        eta = _number(spec, "eta", o["eta"], lambda v: 0.0 < v <= 1.0, "in (0, 1]")
-        return _Policy(f"ef21-sgdm:eta={eta!r}", "ef21-sgdm", eta=eta)
-    if name == "dgc":
-        o = _options(spec, {"momentum": "0.9", "clip": "0", "warmup": "0"})
-        # the C++ DgcFeedback's range (its momentum is an fp32 factor below 1)
-        m = _number(spec, "momentum", o["momentum"], lambda v: 0.0 <= v <= 0.999999, "in [0, 0.999999]")
-        clip = _number(spec, "clip", o["clip"], lambda v: 0.0 <= v < math.inf, "a finite number >= 0")
-        warmup = int(_number(spec, "warmup", o["warmup"], lambda v: 0 <= v < 2**32, "an integer in [0, 2^32)",
-                             integral=True))
-        return _Policy(f"dgc:momentum={m!r},clip={clip!r},warmup={warmup}", "dgc", momentum=m, clip=clip,
-                       warmup=warmup)
-    raise _C.InvalidArgument(f"DDPState: error_feedback must be one of {ERROR_FEEDBACK}, got {spec!r}")
 
 
 def _choose_algorithm(codec: Codec, algorithm: str) -> str:
@@ -156,16 +99,9 @@ class DDPState:
                  min_numel: int = 1024, seed: int = 0, nonfinite: str = "error",
                  timeout: datetime.timedelta = datetime.timedelta(minutes=5), threads: int = 1,
                  model_links: Sequence[str] = ()):
-        self._parsed = _error_feedback_policy(error_feedback)
+        self._parsed = parse_error_feedback(error_feedback)
         error_feedback, self._policy = self._parsed.spec, self._parsed.name
-        if self._policy in ("ef21", "ef21-sgdm", "dgc") and nonfinite == "skip":
-            raise _C.InvalidArgument(f"DDPState: error_feedback '{error_feedback}' with nonfinite='skip' is not supported "
-                                     "(a skipped rank's estimate would move by what it did not send)")
-        if self._policy == "dgc" and "rotate=" in Codec(codec).canonical_spec:
-            # The masking needs the coordinates the codec sent; a rotated codec sends mixtures of 2^m of them.
-            raise _C.InvalidArgument(f"DDPState: error_feedback 'dgc' with codec {codec!r}: dgc's momentum masking "
-                                     "needs the coordinates a codec sends, and a rotated codec (rotate=) sends "
-                                     "rotated ones; use it without rotate=")
+        check_policy_fits(self._parsed, Codec(codec).canonical_spec, nonfinite, "DDPState")
         if algorithm not in ALGORITHMS:
             raise _C.InvalidArgument(f"DDPState: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
         if nonfinite not in ("error", "skip"):
@@ -277,7 +213,7 @@ class DDPState:
         s.setdefault("_warned_not_contractive", False)  # pickled before the warnings existed
         s.setdefault("_warned_exact_momentum", False)
         if "_parsed" not in s:  # pickled before dgc (or before ef21-sgdm)
-            s["_parsed"] = _error_feedback_policy(s["error_feedback"])
+            s["_parsed"] = parse_error_feedback(s["error_feedback"])
             s["_policy"] = s["_parsed"].name
             s.pop("_eta", None)
         self.__dict__.update(s)
@@ -380,51 +316,18 @@ class DDPState:
         a lossless reduce-scatter of their own, since its values are summed on the wire)."""
         ex = self._exchange
         ef = self.error_feedback != "none" and any(not p.lossless for p in parts)
-        # ef21 stores -h as the residual, so the fused encode computes C(g - h) and e = (g - h) - D(wire);
-        # then -h' = -(h + D(wire)) = e - g, which needs g after the exchange has overwritten x.
-        ef21 = ef and self._policy.startswith("ef21")
-        if ef and self._policy == "ef21-sgdm":
-            # ef21 runs on v' = (1 - eta) v + eta g: x carries v' into the exchange (the exact parameters keep
-            # g), and v' is kept only once the step has succeeded.
-            v, v_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
-            v_new.copy_(v)
-            eta = self._parsed.eta
-            keep = 1.0 - eta
-            for p in parts:
-                if not p.lossless:
-                    torch.add(v[p.start:p.end].mul(keep), x[p.start:p.end].mul(eta), out=v_new[p.start:p.end])
-                    x[p.start:p.end].copy_(v_new[p.start:p.end])
-        dgc = ef and self._policy == "dgc"
-        if dgc:
-            # DGC's momentum correction: u' = m u + clip(g) is what the rank accumulates and sends (the fused
-            # encode adds the residual v: c = v + u', v' = c - D(wire)); u' is kept once the step succeeds,
-            # zeroed where the rank sent its coordinate.
+        # ef21 stores -h as the residual (_policy.py); its estimate's step needs what was sent after the
+        # exchange has overwritten x.
+        ef21 = ef and self._parsed.shares_estimate
+        momentum = ef and self._parsed.has_momentum
+        if momentum:
             u, u_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
-            u_new.copy_(u)
-            clipped = {}
-            for p in parts:
-                if not p.lossless:
-                    g = x[p.start:p.end]
-                    if self._parsed.clip > 0:
-                        # local gradient clipping by each parameter's L2 norm (in double, the factor then
-                        # rounded to fp32, as the C++ policy), kept on the tensor's device: no sync per part
-                        norm = torch.linalg.vector_norm(g, dtype=torch.float64)
-                        scale = torch.where(norm > self._parsed.clip, self._parsed.clip / norm, 1.0).float()
-                        g = g.mul(scale)
-                    clipped[p] = g
-                    torch.add(u[p.start:p.end].mul(self._parsed.momentum), g, out=u_new[p.start:p.end])
-            if not bool(torch.isfinite(u_new).all()):  # (one host sync per bucket and step)
-                # A momentum grown past the float range where the gradient is finite restarts from the
-                # gradient, with a warning (the C++ policy resets its state so); a non-finite gradient is
-                # left for the encode to report as the NonFiniteError it is.
-                for p, g in clipped.items():
-                    if not bool(torch.isfinite(u_new[p.start:p.end]).all()) and bool(torch.isfinite(g).all()):
-                        u_new[p.start:p.end].copy_(g)
-                        stats.resets += 1
-                        warnings.warn(f"gradcomp ddp_hook: dgc's momentum of {layout.name_at(p.start)[0]} overflowed "
-                                      f"on rank {ex.rank}; reset to zero for this step", stacklevel=2)
-            for p in clipped:
-                x[p.start:p.end].copy_(u_new[p.start:p.end])
+            u_new.copy_(u)  # kept only once the step has succeeded
+            if self._policy == "ef21-sgdm":
+                ef21_sgdm_momentum(self._parsed, parts, x, u, u_new)
+            else:
+                dgc_momentum(self._parsed, parts, [p.name for p in layout.pieces], x, u, u_new, stats,
+                             "gradcomp ddp_hook", ex.rank)
         grad = x.clone() if ef21 else None
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
@@ -450,32 +353,18 @@ class DDPState:
         if ef21:
             # x holds the mean of what the ranks sent (the same bytes everywhere): H' = H + mean is the
             # gradient handed back and the shared estimate kept. Lossless parameters stay exact.
+            ef21_estimates_after(parts, rout, grad)
             shared = self.shared.current(layout, x.device)
             new_shared = self.shared.scratch(layout)
             new_shared.copy_(shared)
             for p in parts:
                 if not p.lossless:
-                    rout[p.start:p.end].sub_(grad[p.start:p.end])
                     x[p.start:p.end].add_(shared[p.start:p.end])
                     new_shared[p.start:p.end].copy_(x[p.start:p.end])
             self.shared.commit(layout)
-            if self._policy == "ef21-sgdm":
-                self.momentum.commit(layout)
-        if dgc:
-            # Momentum factor masking: a coordinate was sent where the decoded wire is not zero (the C++
-            # policy decodes its wire to see it). Here the fused encode's v' = c - D(wire) tells: v' is c
-            # exactly where D(wire) is 0, and differs from c where it is not (a nonzero decoded value is
-            # never below half an ulp of the c it stands for). That holds for every codec without rotate=
-            # (compared with the decode's rule on 500k values each); rotated ones are refused above.
-            used = rin
-            if stats.reset_parts:  # encoded with a residual reset to zero (an overflow): c = u' there
-                used = rin.clone()
-                for a, b in stats.reset_parts:
-                    used[a:b] = 0.0
-            for p in parts:
-                if not p.lossless:
-                    sent = rout[p.start:p.end] != u_new[p.start:p.end] + used[p.start:p.end]
-                    u_new[p.start:p.end].masked_fill_(sent, 0.0)
+        if self._policy == "dgc" and momentum:
+            dgc_masking(parts, rin, rout, u_new, stats)
+        if momentum:
             self.momentum.commit(layout)
         if ef:
             self.residuals.commit(layout)

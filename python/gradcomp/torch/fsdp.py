@@ -3,7 +3,8 @@
     import gradcomp.torch as gt
     gt.compress_fsdp(model, codec="int8", error_feedback="ef")   # every FSDPModule in the model
 
-error_feedback: "ef", "none" or "ef:scale=auto" (as the DDP hook's, ddp.py).
+error_feedback: any of the DDP hook's (ddp.py): "ef", "none", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1"
+or "dgc:momentum=0.9,clip=0,warmup=0" (_policy.py has their steps, shared with the hook).
 
 FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut into world-size chunks
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
@@ -11,6 +12,18 @@ destination (error feedback at the source), an all_to_all_single delivers them, 
 sums its chunk in fp32 and divides by the world size. gradcomp owns the scaling: compress_fsdp sets
 FSDP's gradient divide factor to 1 and forces sum reductions, so FSDP neither pre- nor post-divides.
 Residuals are kept per module and converted to {parameter name: residual} for checkpoints.
+
+Where each policy's state lives, and what it costs in memory (n: the module's unsharded gradient):
+  ef, ef:scale=auto  the residual, n per rank (error feedback at the source: every rank compresses every
+                     destination's chunk of its own gradient);
+  ef21               -h in the residual (n per rank) and the shared estimate H of this rank's shard only
+                     (n / W): each rank returns H + the mean of what the ranks sent for its chunk, and
+                     keeps that as its H;
+  ef21-sgdm          ef21 on v' = (1 - eta) v + eta g, v of n per rank;
+  dgc                v in the residual and the momentum u, n each per rank; a parameter's gradient is
+                     clipped over all of its chunks (as the hook clips it whole), and the warm-up's larger
+                     k applies to each chunk (counted from this reduce-scatter's first step).
+FSDP's input buffer is not changed: a policy that sends a momentum works on a copy of it.
 """
 
 from __future__ import annotations
@@ -25,6 +38,8 @@ from .. import _C
 from .._codec import Codec
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
+from ._policy import (check_policy_fits, dgc_masking, dgc_momentum, ef21_estimates_after, ef21_sgdm_momentum,
+                      parse_error_feedback)
 
 
 def _fsdp_layout(module: torch.nn.Module, numel: int, world: int, fqn: str) -> Layout:
@@ -53,15 +68,21 @@ def _fsdp_layout(module: torch.nn.Module, numel: int, world: int, fqn: str) -> L
     return Layout(pieces, numel)
 
 
+def _shard_layout(layout: Layout, rank: int, chunk: int) -> Layout:
+    """The pieces of rank's chunk of a reduce-scatter input, in the coordinates of its output shard."""
+    first, end = rank * chunk, (rank + 1) * chunk
+    return Layout([Piece(p.name, p.name_offset, p.offset - first, p.numel, p.full_numel)
+                   for p in layout.pieces if first <= p.offset < end], chunk)
+
+
 class CompressedReduceScatter:
     """FSDP2's ReduceScatter interface (allocate + __call__), compressed with a gradcomp codec."""
 
     def __init__(self, module: torch.nn.Module, *, codec: str = "int8", error_feedback: str = "ef", seed: int = 0,
                  nonfinite: str = "error", timeout: datetime.timedelta = datetime.timedelta(minutes=5),
                  threads: int = 1, min_numel: int = 0, fqn: str = ""):
-        if error_feedback not in ("none", "ef", "ef:scale=auto"):
-            raise _C.InvalidArgument(f"CompressedReduceScatter: error_feedback must be 'none', 'ef' or "
-                                     f"'ef:scale=auto' (ef21, ef21-sgdm and dgc are the DDP hook's), got {error_feedback!r}")
+        self._parsed = parse_error_feedback(error_feedback, "CompressedReduceScatter")
+        check_policy_fits(self._parsed, Codec(codec).canonical_spec, nonfinite, "CompressedReduceScatter")
         if nonfinite not in ("error", "skip"):
             raise _C.InvalidArgument(f"CompressedReduceScatter: nonfinite must be 'error' or 'skip', got {nonfinite!r}")
         self.module = module
@@ -70,12 +91,14 @@ class CompressedReduceScatter:
         if not isinstance(min_numel, int) or min_numel < 0:
             raise _C.InvalidArgument(f"CompressedReduceScatter: min_numel must be an integer >= 0, got {min_numel!r}")
         self.min_numel = min_numel  # parameters with fewer elements are reduced exactly (fp32)
-        self.error_feedback = error_feedback
+        self.error_feedback = self._parsed.spec
         self.seed = seed
         self.nonfinite = nonfinite
         self.timeout = timeout
         self.threads = threads
-        self.residuals = ResidualStore()
+        self.residuals = ResidualStore()  # ef's e, dgc's v; ef21's -h (this rank's, of the whole input)
+        self.momentum = ResidualStore()   # ef21-sgdm's v, dgc's u (this rank's, of the whole input)
+        self.shared = ResidualStore()     # ef21's H (of this rank's shard)
         self.step = 0
         self.last_stats: dict = {}
         self._exchange: Optional[Exchange] = None
@@ -90,6 +113,7 @@ class CompressedReduceScatter:
             self._exchange = Exchange(self.codec, group, self.timeout, self.seed, self.nonfinite == "skip",
                                       self.threads, self.error_feedback == "ef:scale=auto")
         ex = self._exchange
+        policy = self._parsed
         W = ex.world
         x = input_tensor if input_tensor.dtype == torch.float32 else input_tensor.float()
         n = x.numel()
@@ -98,20 +122,34 @@ class CompressedReduceScatter:
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
         ex.name_at = layout.name_at
-        ef = self.error_feedback != "none"
+        # ef21's h is refused rather than reset on one rank (its H would keep the old h for good)
+        ex.resettable = not policy.shares_estimate
+        ex.warmup = (self.step, policy.warmup) if policy.name == "dgc" else (0, 0)
+        stats = ExchangeStats()
+        # One wire per (parameter, chunk); destination r gets every parameter's chunk r.
+        parts = [Part(*part) for part in layout.parts(self.min_numel)]
+        ef = policy.name != "none"
+        momentum = ef and policy.has_momentum and any(not p.lossless for p in parts)
+        if momentum:
+            if x is input_tensor:
+                x = x.clone()  # FSDP's buffer is not ours to change
+            u, u_new = self.momentum.current(layout, x.device), self.momentum.scratch(layout)
+            u_new.copy_(u)  # kept only once the step has succeeded
+            if policy.name == "ef21-sgdm":
+                ef21_sgdm_momentum(policy, parts, x, u, u_new)
+            else:
+                dgc_momentum(policy, parts, [p.name for p in layout.pieces], x, u, u_new, stats,
+                             "gradcomp FSDP reduce-scatter", ex.rank)
         rin = self.residuals.current(layout, x.device) if ef else None
         rout = self.residuals.scratch(layout) if ef else None
         if ef:
             rout.copy_(rin)  # padding elements are never encoded; their (zero) residual carries over
-        stats = ExchangeStats()
-        # Destination r gets every parameter's chunk r: one wire per (parameter, chunk).
         per_dest: list[list[Part]] = [[] for _ in range(W)]
-        for part in layout.parts(self.min_numel):
-            per_dest[min(part[0] // chunk, W - 1)].append(Part(*part))
-        if self.error_feedback == "ef" and not self._warned_not_contractive:
+        for part in parts:
+            per_dest[min(part.start // chunk, W - 1)].append(part)
+        if policy.name in ("ef", "ef21", "ef21-sgdm") and not self._warned_not_contractive:
             self._warned_not_contractive = True  # its layout is the module's, the same every step
-            warn_if_not_contractive(self.codec, [p for parts in per_dest for p in parts], "gradcomp FSDP reduce-scatter",
-                                    "ef")
+            warn_if_not_contractive(self.codec, parts, "gradcomp FSDP reduce-scatter", policy.name)
         slot = _align16(max(ex.room(parts) for parts in per_dest))
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
@@ -144,6 +182,23 @@ class CompressedReduceScatter:
         for r in range(W):
             ex.decode_parts(recv_slots[r], int(headers[r]["value"]), acc, local, r > 0 or padded, stats, r)
         acc.div_(W)
+        if ef and policy.shares_estimate:
+            # x is still what this rank sent (the exchange wrote only acc): its estimate h moves by D(wire).
+            # acc is the mean of what the ranks sent for this chunk: H' = H + mean is both the gradient
+            # returned and the estimate kept. Exact parts stay exact.
+            ef21_estimates_after(parts, rout, x)
+            shard = _shard_layout(layout, me, chunk)
+            shared, new_shared = self.shared.current(shard, x.device), self.shared.scratch(shard)
+            new_shared.copy_(shared)
+            for p in local:
+                if not p.lossless:
+                    acc[p.start:p.end].add_(shared[p.start:p.end])
+                    new_shared[p.start:p.end].copy_(acc[p.start:p.end])
+            self.shared.commit(shard)
+        if momentum and policy.name == "dgc":
+            dgc_masking(parts, rin, rout, u_new, stats)
+        if momentum:
+            self.momentum.commit(layout)
         if acc is not output_tensor:
             output_tensor.copy_(acc)
         if ef:
@@ -156,11 +211,23 @@ class CompressedReduceScatter:
         return None
 
     def state_dict(self) -> dict:
-        return {"format": "gradcomp.fsdp_rs/1", "step": self.step, "residuals": self.residuals.named()}
+        """This rank's state by parameter name (each rank saves its own, as FSDP's sharded state): the
+        residuals, the momentum (ef21-sgdm, dgc) and ef21's shared estimate of this rank's shard."""
+        return {"format": "gradcomp.fsdp_rs/1", "error_feedback": self.error_feedback, "step": self.step,
+                "residuals": self.residuals.named(), "momentum": self.momentum.named(), "shared": self.shared.named()}
 
     def load_state_dict(self, sd: dict) -> None:
+        if sd.get("format") != "gradcomp.fsdp_rs/1":
+            raise _C.InvalidArgument(f"CompressedReduceScatter.load_state_dict: not a gradcomp FSDP state (format "
+                                     f"{sd.get('format')!r}, expected 'gradcomp.fsdp_rs/1')")
+        saved = sd.get("error_feedback")  # absent in states saved before the other policies came
+        if saved is not None and saved != self.error_feedback:
+            raise _C.InvalidArgument(f"CompressedReduceScatter.load_state_dict: the state was saved with "
+                                     f"error_feedback {saved!r}, this reduce-scatter runs {self.error_feedback!r}")
         self.step = int(sd["step"])
         self.residuals.load_named(sd["residuals"])
+        self.momentum.load_named(sd.get("momentum", {}))
+        self.shared.load_named(sd.get("shared", {}))
 
 
 def compress_fsdp(model: torch.nn.Module, **kwargs) -> dict[str, CompressedReduceScatter]:
