@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -353,6 +354,12 @@ def main(argv=None) -> int:
             args.summary.write_text(json.dumps(summary) + "\n")
     if args.hook == "gradcomp":
         state.close()
+    # The model, its optimizer and the reduce-scatters go before the process group: FSDP keeps the
+    # results of its collectives on its modules, and a gloo work freed after its group (at interpreter
+    # exit) can abort the process. Every rank is done with the group before it is destroyed.
+    del ddp, model, opt, state
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

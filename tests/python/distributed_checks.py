@@ -891,9 +891,10 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
                    f"FSDP {codec_spec} dgc: v of {name}[{first}:{end}] is not the policy's")
 
     # Resume: two steps, the states saved, a new model and reduce-scatter loaded with them, two more
-    # steps: the same gradients, bit for bit, as four steps in one go.
+    # steps: the same gradients, bit for bit, as four steps in one go, and then the same states to save
+    # (a chunk's loaded state once stayed pending beside the placed one: saved again, loaded + current).
     for codec, ef in (("topk:ratio=0.05", spec), ("int8", "ef21"), ("int8", "ef21-sgdm:eta=0.5")):
-        whole, _, _ = run(codec, ef, data[:4])
+        whole, whole_comms, _ = run(codec, ef, data[:4])
         first_half, comms, _ = run(codec, ef, data[:2])
         saved = {fqn: torch.load(_saved(rs.state_dict()), weights_only=False) for fqn, rs in comms.items()}
         net = fsdp_net()
@@ -903,6 +904,12 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
         second_half = fsdp_grads(net, data[2:4], lr=0.0)
         for step, (a, b) in enumerate(zip(whole, first_half + second_half)):
             expect(torch.equal(a, b), f"FSDP {codec} {ef}: resumed step {step} differs by {float((a - b).abs().max()):.2e}")
+        for fqn, rs in again.items():
+            mine, want = rs.state_dict(), whole_comms[fqn].state_dict()
+            for key in ("residuals", "momentum", "shared"):
+                expect(sorted(mine[key]) == sorted(want[key]) and
+                       all(torch.equal(mine[key][n], want[key][n]) for n in want[key]),
+                       f"FSDP {codec} {ef}: the {key} of {fqn or 'the root'} saved after the resume differ")
         rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback="ef")[""].load_state_dict(saved[""]),
                  f"saved with error_feedback {saved[''].get('error_feedback')!r}, this reduce-scatter runs 'ef'",
                  f"an FSDP state of {ef} loaded into ef")
@@ -912,6 +919,42 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
              "FSDP dgc with a rotated codec")
     rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8", error_feedback="dgc:clip=-1"), "clip must be",
              "FSDP dgc:clip=-1")
+
+    # A state grown to FLT_MAX, then a large finite gradient (the loss times 1e36): dgc's momentum
+    # restarts from the gradient with a warning naming the parameter; ef21's h is refused on every rank
+    # with its state unchanged (the hook's rules, reliability row 19).
+    big = torch.finfo(torch.float32).max
+    x, y = data[1]
+
+    def scaled_step(net):
+        net.zero_grad()
+        (torch.nn.functional.cross_entropy(net(x), y) * 1e36).backward()
+
+    for ef, store in (("dgc:momentum=0.999999", "momentum"), ("ef21", "residuals")):
+        net = fsdp_net()
+        rs = gt.compress_fsdp(net, codec="topk:ratio=0.05" if ef.startswith("dgc") else "int8", error_feedback=ef,
+                              min_numel=100)["fc1"]
+        fsdp_grads(net, data[:1], lr=0.0)
+        sd = rs.state_dict()
+        sd[store]["fc1.weight"] = torch.full_like(sd[store]["fc1.weight"], big)
+        rs.load_state_dict(sd)
+        before = rs.state_dict()
+        if store == "momentum":
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                scaled_step(net)
+            told = [str(w.message) for w in caught if "overflowed" in str(w.message)]
+            expect(bool(told) and all("fc1.weight" in t for t in told) and rs.last_stats["resets"] >= 1,
+                   f"FSDP {ef}: warnings {told}, resets {rs.last_stats['resets']}")
+            after = rs.state_dict()["momentum"]["fc1.weight"]
+            expect(bool(torch.isfinite(after).all()) and float(after.abs().max()) < big,
+                   f"FSDP {ef}: not reset (largest {float(after.abs().max()):.3g})")
+        else:
+            msg = raises_on_every_rank(lambda: scaled_step(net), gradcomp.NonFiniteError, group)
+            expect("error-feedback state of parameter 'fc1.weight' overflowed" in msg, msg)
+            now = rs.state_dict()
+            for k in ("residuals", "shared"):
+                expect(all(torch.equal(before[k][n], now[k][n]) for n in before[k]), f"FSDP ef21: {k} changed")
 
 
 def _saved(sd: dict) -> io.BytesIO:

@@ -22,7 +22,7 @@ def torchrun(*args, ranks=2, check=True):
            *map(str, args)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-4000:]}")
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-4000:]}\nstdout:\n{p.stdout[-2000:]}")
     return p
 
 

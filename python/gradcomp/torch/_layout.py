@@ -91,15 +91,23 @@ class ResidualStore:
             self._pending.update(self._named_of(self._layouts[key], self._current[key]))
             del self._layouts[key], self._current[key]
             self._scratch.pop(key, None)
+        covered: dict[str, int] = {}
         for p in layout.pieces:
+            covered[p.name] = covered.get(p.name, 0) + p.numel
             src = self._pending.get(p.name)
             if src is not None:
-                buf[p.offset:p.offset + p.numel].copy_(src.reshape(-1)[p.name_offset:p.name_offset + p.numel])
-        # A parameter split into pieces (FSDP chunks) keeps its pending tensor until every piece is
-        # placed; a whole one is done.
-        for p in layout.pieces:
-            if p.name_offset == 0 and p.numel == p.full_numel:
-                self._pending.pop(p.name, None)
+                flat = src.reshape(-1)
+                buf[p.offset:p.offset + p.numel].copy_(flat[p.name_offset:p.name_offset + p.numel])
+                # The layout holds these elements now: named() adds what is still pending to what the
+                # layouts hold, so a placed element must not stay pending too (a piece of a parameter,
+                # FSDP's shard of ef21's H, leaves the rest pending; before, the whole tensor stayed and a
+                # checkpoint after a resume held loaded + current).
+                flat[p.name_offset:p.name_offset + p.numel] = 0.0
+        # A parameter whose every element the layout holds (a DDP bucket's, FSDP's whole input) is done.
+        for name, n in covered.items():
+            src = self._pending.get(name)
+            if src is not None and n >= src.numel():
+                del self._pending[name]
 
     @staticmethod
     def _named_of(layout: Layout, buf: torch.Tensor) -> dict[str, torch.Tensor]:

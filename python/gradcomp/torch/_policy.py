@@ -23,6 +23,7 @@ import torch
 
 from .. import _C
 from ._exchange import ExchangeStats, Part
+from ._layout import Layout, ResidualStore
 
 ERROR_FEEDBACK = ("none", "ef", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1", "dgc:momentum=0.9,clip=0,warmup=0")
 
@@ -186,3 +187,15 @@ def ef21_estimates_after(parts: list[Part], residual_out: torch.Tensor, sent: to
         if not p.lossless:
             residual_out[p.start:p.end].sub_(sent[p.start:p.end])
 
+
+def ef21_add_shared_estimate(store: ResidualStore, layout: Layout, parts: list[Part], mean: torch.Tensor) -> None:
+    """ef21's receivers: mean (laid out as `layout`) holds the mean of what the ranks sent; H' = H + mean
+    is both the gradient returned (written into mean) and the shared estimate kept (committed to store).
+    Exact parts keep their exact mean."""
+    shared, new_shared = store.current(layout, mean.device), store.scratch(layout)
+    new_shared.copy_(shared)
+    for p in parts:
+        if not p.lossless:
+            mean[p.start:p.end].add_(shared[p.start:p.end])
+            new_shared[p.start:p.end].copy_(mean[p.start:p.end])
+    store.commit(layout)

@@ -30,7 +30,7 @@ from ._agreement import check_ranks_agree
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
 from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
-                      ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
+                      ef21_add_shared_estimate, ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
 from ._policy import Policy as _Policy  # noqa: F401 -- DDPStates pickled before _policy.py name it here
 from ._worker import FifoWorker
 
@@ -354,14 +354,7 @@ class DDPState:
             # x holds the mean of what the ranks sent (the same bytes everywhere): H' = H + mean is the
             # gradient handed back and the shared estimate kept. Lossless parameters stay exact.
             ef21_estimates_after(parts, rout, grad)
-            shared = self.shared.current(layout, x.device)
-            new_shared = self.shared.scratch(layout)
-            new_shared.copy_(shared)
-            for p in parts:
-                if not p.lossless:
-                    x[p.start:p.end].add_(shared[p.start:p.end])
-                    new_shared[p.start:p.end].copy_(x[p.start:p.end])
-            self.shared.commit(layout)
+            ef21_add_shared_estimate(self.shared, layout, parts, x)
         if self._policy == "dgc" and momentum:
             dgc_masking(parts, rin, rout, u_new, stats)
         if momentum:

@@ -38,8 +38,8 @@ from .. import _C
 from .._codec import Codec
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
-from ._policy import (check_policy_fits, dgc_masking, dgc_momentum, ef21_estimates_after, ef21_sgdm_momentum,
-                      parse_error_feedback)
+from ._policy import (check_policy_fits, dgc_masking, dgc_momentum, ef21_add_shared_estimate, ef21_estimates_after,
+                      ef21_sgdm_momentum, parse_error_feedback)
 
 
 def _fsdp_layout(module: torch.nn.Module, numel: int, world: int, fqn: str) -> Layout:
@@ -187,14 +187,7 @@ class CompressedReduceScatter:
             # acc is the mean of what the ranks sent for this chunk: H' = H + mean is both the gradient
             # returned and the estimate kept. Exact parts stay exact.
             ef21_estimates_after(parts, rout, x)
-            shard = _shard_layout(layout, me, chunk)
-            shared, new_shared = self.shared.current(shard, x.device), self.shared.scratch(shard)
-            new_shared.copy_(shared)
-            for p in local:
-                if not p.lossless:
-                    acc[p.start:p.end].add_(shared[p.start:p.end])
-                    new_shared[p.start:p.end].copy_(acc[p.start:p.end])
-            self.shared.commit(shard)
+            ef21_add_shared_estimate(self.shared, _shard_layout(layout, me, chunk), local, acc)
         if momentum and policy.name == "dgc":
             dgc_masking(parts, rin, rout, u_new, stats)
         if momentum:
