@@ -288,6 +288,7 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     model = CharGPT(len(vocab), args.embd, args.heads, args.layers, args.block)
     n_params = sum(p.numel() for p in model.parameters())
+    comms = ck = logits = loss = None  # released before the process group (the end of main)
     if args.fsdp:
         comms = shard_with_fsdp(model, args)
         ddp, state = model, FsdpState(comms) if comms is not None else None
@@ -357,7 +358,7 @@ def main(argv=None) -> int:
     # The model, its optimizer and the reduce-scatters go before the process group: FSDP keeps the
     # results of its collectives on its modules, and a gloo work freed after its group (at interpreter
     # exit) can abort the process. Every rank is done with the group before it is destroyed.
-    del ddp, model, opt, state
+    del ddp, model, opt, state, comms, ck, logits, loss  # the reduce-scatters hold the model; the loss its graph
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()

@@ -669,7 +669,7 @@ TEST(Int8CheckedDecode, GivesDecodeInt8BlocksValuesAndFindsTheFirstBadScaleOrCod
 // qsgd's sums of squares, several blocks at a time (blockSumSquaresEach) against the order blockSumSquares
 // documents, written out: element i adds its exact double square to lane i mod 4 of its block, in order,
 // and the block's sum is (lane 0 + lane 1) + (lane 2 + lane 3). Bit for bit, for block sizes that take the
-// four-block loop (multiples of 8) and ones that do not, with a short last block and a non-finite value.
+// eight- and four-block loops (multiples of 8) and ones that do not, with a short last block and a non-finite value.
 TEST(BlockSumSquares, EveryBlockInAnyGroupingEqualsTheDocumentedOrder) {
   size_t compared = 0;
   for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{8}, size_t{24}, size_t{1000}, size_t{7}})

@@ -910,6 +910,9 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
                 expect(sorted(mine[key]) == sorted(want[key]) and
                        all(torch.equal(mine[key][n], want[key][n]) for n in want[key]),
                        f"FSDP {codec} {ef}: the {key} of {fqn or 'the root'} saved after the resume differ")
+        legacy = {k: v for k, v in saved[""].items() if k != "error_feedback"}  # as saved before this check came
+        rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback=ef)[""].load_state_dict(legacy),
+                 "a state saved before ef21, ef21-sgdm and dgc came to FSDP", f"an old FSDP state loaded into {ef}")
         rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback="ef")[""].load_state_dict(saved[""]),
                  f"saved with error_feedback {saved[''].get('error_feedback')!r}, this reduce-scatter runs 'ef'",
                  f"an FSDP state of {ef} loaded into ef")

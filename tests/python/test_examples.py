@@ -52,7 +52,8 @@ def test_the_example_runs_fsdp_with_gradcomps_reduce_scatter_and_resumes_bitwise
     full = summary(torchrun(*fsdp, "--steps", 6))
     assert full["fsdp"] and full["evals"][0]["val_loss"] > full["final_val_loss"]
     sent = full["bytes_sent"]
-    assert sent[0] > 2 * sent[2] and sent[2:] == [sent[2]] * 4, sent  # the warm-up's quarter, then 5 %
+    # the warm-up's quarter at step 0; at step 1 its 1/64 is below the codec's 5 %, which it sends from then on
+    assert sent[0] > 2 * sent[1] and sent[1:] == [sent[1]] * 5, sent
     torchrun(*fsdp, "--steps", 3, "--checkpoint", tmp_path / "ck")
     resumed = summary(torchrun(*fsdp, "--steps", 6, "--checkpoint", tmp_path / "ck", "--resume"))
     assert (resumed["final_val_loss"], resumed["final_train_loss"]) == (full["final_val_loss"],

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _C
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -88,25 +90,30 @@ class ResidualStore:
         """Moves residuals of this layout's parameters from other layouts and from load() into buf."""
         names = {p.name for p in layout.pieces}
         for key in [k for k, lay in self._layouts.items() if any(p.name in names for p in lay.pieces)]:
-            self._pending.update(self._named_of(self._layouts[key], self._current[key]))
+            # added to what is still pending, not put in its place: placed elements are zero there, and
+            # another piece of the same parameter may still be waiting
+            for name, t in self._named_of(self._layouts[key], self._current[key]).items():
+                self._pending[name] = self._pending[name] + t if name in self._pending else t
             del self._layouts[key], self._current[key]
             self._scratch.pop(key, None)
-        covered: dict[str, int] = {}
         for p in layout.pieces:
-            covered[p.name] = covered.get(p.name, 0) + p.numel
             src = self._pending.get(p.name)
-            if src is not None:
-                flat = src.reshape(-1)
-                buf[p.offset:p.offset + p.numel].copy_(flat[p.name_offset:p.name_offset + p.numel])
-                # The layout holds these elements now: named() adds what is still pending to what the
-                # layouts hold, so a placed element must not stay pending too (a piece of a parameter,
-                # FSDP's shard of ef21's H, leaves the rest pending; before, the whole tensor stayed and a
-                # checkpoint after a resume held loaded + current).
-                flat[p.name_offset:p.name_offset + p.numel] = 0.0
-        # A parameter whose every element the layout holds (a DDP bucket's, FSDP's whole input) is done.
-        for name, n in covered.items():
+            if src is None:
+                continue
+            if src.numel() != p.full_numel:
+                raise _C.InvalidArgument(f"gradcomp: the saved state of parameter '{p.name}' holds {src.numel()} "
+                                         f"values, the parameter {p.full_numel} (a checkpoint of another model?)")
+            flat = src.reshape(-1)
+            buf[p.offset:p.offset + p.numel].copy_(flat[p.name_offset:p.name_offset + p.numel])
+            # The layout holds these elements now: named() adds what is still pending to what the layouts
+            # hold, so a placed element must not stay pending too (before, a parameter cut into FSDP chunks
+            # stayed pending whole, and a checkpoint after a resume held loaded + current).
+            flat[p.name_offset:p.name_offset + p.numel] = 0.0
+        # What is left pending of these parameters is another layout's to place (FSDP's shard of ef21's H
+        # leaves the other ranks' shards, which this rank saved as zeros): nothing left, nothing kept.
+        for name in names:
             src = self._pending.get(name)
-            if src is not None and n >= src.numel():
+            if src is not None and not bool(src.any()):
                 del self._pending[name]
 
     @staticmethod

@@ -140,10 +140,10 @@ def dgc_momentum(policy: Policy, parts: list[Part], params: list[str], x: torch.
             if not p.lossless:
                 by_param.setdefault(name, []).append(p)
         for group in by_param.values():
-            if len(group) == 1:
-                norm = torch.linalg.vector_norm(clipped[group[0]], dtype=torch.float64)
-            else:
-                norm = torch.stack([torch.linalg.vector_norm(clipped[p], dtype=torch.float64) for p in group]).norm()
+            # the parameter's elements in order (FSDP's chunks are its flattened rows), so the norm is the
+            # one the C++ policy and the hook take of the whole parameter
+            whole = clipped[group[0]] if len(group) == 1 else torch.cat([clipped[p] for p in group])
+            norm = torch.linalg.vector_norm(whole, dtype=torch.float64)
             scale = torch.where(norm > policy.clip, policy.clip / norm, 1.0).float()
             for p in group:
                 clipped[p] = clipped[p].mul(scale)

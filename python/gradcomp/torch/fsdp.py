@@ -21,8 +21,11 @@ Where each policy's state lives, and what it costs in memory (n: the module's un
                      keeps that as its H;
   ef21-sgdm          ef21 on v' = (1 - eta) v + eta g, v of n per rank;
   dgc                v in the residual and the momentum u, n each per rank; a parameter's gradient is
-                     clipped over all of its chunks (as the hook clips it whole), and the warm-up's larger
-                     k applies to each chunk (counted from this reduce-scatter's first step).
+                     clipped over all of its chunks (as the hook clips it whole; a module whose parameters
+                     FSDP does not expose is one anonymous parameter, clipped as one), and the warm-up's
+                     larger k applies to each chunk (counted from this reduce-scatter's first step).
+Each of these states is double-buffered (a failed step changes nothing), and dgc and ef21-sgdm work on a
+copy of an fp32 input: transient buffers of n each.
 FSDP's input buffer is not changed: a policy that sends a momentum works on a copy of it.
 """
 
@@ -150,7 +153,7 @@ class CompressedReduceScatter:
         if policy.name in ("ef", "ef21", "ef21-sgdm") and not self._warned_not_contractive:
             self._warned_not_contractive = True  # its layout is the module's, the same every step
             warn_if_not_contractive(self.codec, parts, "gradcomp FSDP reduce-scatter", policy.name)
-        slot = _align16(max(ex.room(parts) for parts in per_dest))
+        slot = _align16(max(ex.room(dest) for dest in per_dest))
         send = torch.empty(W * slot, dtype=torch.uint8, device=x.device)
         slots = send.view(W, slot)
         for r in range(W):
@@ -213,7 +216,11 @@ class CompressedReduceScatter:
         if sd.get("format") != "gradcomp.fsdp_rs/1":
             raise _C.InvalidArgument(f"CompressedReduceScatter.load_state_dict: not a gradcomp FSDP state (format "
                                      f"{sd.get('format')!r}, expected 'gradcomp.fsdp_rs/1')")
-        saved = sd.get("error_feedback")  # absent in states saved before the other policies came
+        # Absent in states saved before the other policies came, which could only be "none" or ef's: a
+        # residual e read as ef21's -h, with no H beside it, would bias every gradient that follows.
+        saved = sd.get("error_feedback")
+        if saved is None and self._parsed.name not in ("none", "ef", "ef:scale=auto"):
+            saved = "ef (or none, ef:scale=auto: a state saved before ef21, ef21-sgdm and dgc came to FSDP)"
         if saved is not None and saved != self.error_feedback:
             raise _C.InvalidArgument(f"CompressedReduceScatter.load_state_dict: the state was saved with "
                                      f"error_feedback {saved!r}, this reduce-scatter runs {self.error_feedback!r}")
