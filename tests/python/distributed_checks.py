@@ -923,41 +923,43 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
     rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8", error_feedback="dgc:clip=-1"), "clip must be",
              "FSDP dgc:clip=-1")
 
-    # A state grown to FLT_MAX, then a large finite gradient (the loss times 1e36): dgc's momentum
-    # restarts from the gradient with a warning naming the parameter; ef21's h is refused on every rank
-    # with its state unchanged (the hook's rules, reliability row 19).
+    # A state grown to FLT_MAX, then a large finite gradient: dgc's momentum restarts from the gradient
+    # with a warning naming the parameter; ef21's h is refused on every rank with its state unchanged (the
+    # hook's rules, reliability row 19). The reduce-scatter is called as FSDP calls it, on this check's
+    # group: an error raised through FSDP's own backward would leave FSDP's collectives on the default group
+    # to its state, which the checks that follow share.
     big = torch.finfo(torch.float32).max
-    x, y = data[1]
-
-    def scaled_step(net):
-        net.zero_grad()
-        (torch.nn.functional.cross_entropy(net(x), y) * 1e36).backward()
-
+    n = 4096 * W
+    module = torch.nn.Linear(1, 1)  # not an FSDP module: its input is one anonymous piece per chunk
+    g = torch.randn(n, generator=torch.Generator().manual_seed(rank))
     for ef, store in (("dgc:momentum=0.999999", "momentum"), ("ef21", "residuals")):
-        net = fsdp_net()
-        rs = gt.compress_fsdp(net, codec="topk:ratio=0.05" if ef.startswith("dgc") else "int8", error_feedback=ef,
-                              min_numel=100)["fc1"]
-        fsdp_grads(net, data[:1], lr=0.0)
+        rs = gt.CompressedReduceScatter(module, codec="topk:ratio=0.05" if ef.startswith("dgc") else "int8",
+                                        error_feedback=ef, fqn="m")
+        out = torch.empty(n // W)
+        rs(out, g.clone(), group)
         sd = rs.state_dict()
-        sd[store]["fc1.weight"] = torch.full_like(sd[store]["fc1.weight"], big)
+        name = f"m#flat{n}"
+        sd[store][name] = torch.full_like(sd[store][name], big)
         rs.load_state_dict(sd)
         before = rs.state_dict()
+        large = g.abs() * 1e34 + 1e34  # finite; over FLT_MAX once added to the state
         if store == "momentum":
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                scaled_step(net)
+                rs(out, large, group)
             told = [str(w.message) for w in caught if "overflowed" in str(w.message)]
-            expect(bool(told) and all("fc1.weight" in t for t in told) and rs.last_stats["resets"] >= 1,
+            expect(bool(told) and all(name in t for t in told) and rs.last_stats["resets"] >= 1,
                    f"FSDP {ef}: warnings {told}, resets {rs.last_stats['resets']}")
-            after = rs.state_dict()["momentum"]["fc1.weight"]
+            after = rs.state_dict()["momentum"][name]
             expect(bool(torch.isfinite(after).all()) and float(after.abs().max()) < big,
                    f"FSDP {ef}: not reset (largest {float(after.abs().max()):.3g})")
+            expect(bool(torch.isfinite(out).all()), f"FSDP {ef}: the step after the reset is not finite")
         else:
-            msg = raises_on_every_rank(lambda: scaled_step(net), gradcomp.NonFiniteError, group)
-            expect("error-feedback state of parameter 'fc1.weight' overflowed" in msg, msg)
+            msg = raises_on_every_rank(lambda: rs(out, large, group), gradcomp.NonFiniteError, group)
+            expect(f"error-feedback state of parameter '{name}' overflowed" in msg, msg)
             now = rs.state_dict()
             for k in ("residuals", "shared"):
-                expect(all(torch.equal(before[k][n], now[k][n]) for n in before[k]), f"FSDP ef21: {k} changed")
+                expect(all(torch.equal(before[k][p], now[k][p]) for p in before[k]), f"FSDP ef21: {k} changed")
 
 
 def _saved(sd: dict) -> io.BytesIO:
