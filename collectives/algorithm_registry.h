@@ -16,7 +16,8 @@ std::unique_ptr<AllreduceAlgorithm> makeTreeAllreduce(const AllreduceConfig& c);
 std::unique_ptr<AllreduceAlgorithm> makePowerSgdAllreduce(const AllreduceConfig& c);
 
 // Bytes of one encoded payload of n elements (the upper bound the receiver reserves; exact for
-// fixed-size codecs), used by the predictions.
+// fixed-size codecs) at the steady step (PayloadCodec::steadyStep: past DGC's warm-up), used by the
+// predictions.
 size_t encodedBytes(const PayloadCodec& codec, size_t n);
 
 }  // namespace gradcomp

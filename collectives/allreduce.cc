@@ -213,7 +213,7 @@ void AllreduceAlgorithm::loadState(std::istream& in) { errorFeedback().load(in);
 
 size_t encodedBytes(const PayloadCodec& codec, size_t n) {
   if (codec.raw()) return n * sizeof(float);
-  return codec.maxBytes(n, EncodeContext{});
+  return codec.maxBytes(n, codec.steadyStep());
 }
 
 }  // namespace gradcomp

@@ -20,7 +20,7 @@ CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorF
   const auto x = normalVector(n, 17);
   std::vector<float> out(n, 0.0f);
   WireBuffer buf;
-  const EncodeContext ctx{1, 0, 0, 0, 0};
+  const EncodeContext ctx = payload.steadyStep(1);  // the step encodedBytes predicts the bytes of
   const auto wire = buf.span(payload.maxBytes(n, ctx));
   size_t bytes = 0;
   const double enc = medianSeconds(repeats, [&] { bytes = payload.encode(x, wire, ctx); });

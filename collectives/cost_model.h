@@ -24,7 +24,8 @@ struct CodecSpeed {
 };
 
 // Single-thread encode (through the error-feedback policy) and decode-accumulate speed of one codec on
-// this machine: median of `repeats` runs on n normal values.
+// this machine: median of `repeats` runs on n normal values, at the steady step (past DGC's warm-up,
+// as the wire time: PayloadCodec::steadyStep).
 CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorFeedback, size_t n = size_t{1} << 22,
                              int repeats = 3);
 

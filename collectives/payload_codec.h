@@ -49,6 +49,14 @@ class PayloadCodec {
   bool raw() const { return raw_; }
 
   size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*codec_, n, ctx); }
+  // The first step past the error feedback's warm-up (DGC's first steps send up to a quarter of each
+  // tensor): every later step sends as much. The cost model sizes and times this step.
+  EncodeContext steadyStep(uint64_t seed = 0) const {
+    EncodeContext ctx;
+    ctx.seed = seed;
+    ctx.step = ef_->warmupSteps();
+    return ctx;
+  }
   size_t encode(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx);
   // Encodes elements [offset, offset + x.size()) of tensor ctx.tensorId (fullLength elements): the
   // residual is the matching slice of the tensor's one residual (ErrorFeedback::compressSlice).

@@ -63,6 +63,9 @@ class ErrorFeedback {
 
   // The wire size to reserve for tensor of n elements at this step (DGC's warm-up sends more).
   size_t maxEncodedBytes(const Compressor& codec, size_t n, const EncodeContext& ctx) const;
+  // Steps at the start whose payloads are larger than every later step's (DGC's warm-up); from this step
+  // on every step sends the codec's own size. The cost model predicts that steady step.
+  virtual uint32_t warmupSteps() const { return 0; }
 
   // Compresses tensor ctx.tensorId's gradient under this policy.
   CompressOutcome compress(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,

@@ -144,6 +144,7 @@ class DgcFeedback final : public ErrorFeedback {
         momentum_(static_cast<float>(spec.getDouble("momentum", 0.9, -1e-9, 0.999999))),
         clip_(spec.getDouble("clip", 0.0, -1e-300, 1e30)),
         warmup_(static_cast<uint32_t>(spec.getUInt("warmup", 0, 0, UINT32_MAX))) {}
+  uint32_t warmupSteps() const override { return warmup_; }
 
  protected:
   uint64_t kOverride(const Compressor& codec, size_t n, const EncodeContext& ctx) const override {

@@ -146,9 +146,9 @@ def parse_args(argv=None):
         p.error("--bucket-cap-mb must be in (0, 1e5]")
     if a.resume and not a.checkpoint:
         p.error("--resume needs --checkpoint")
-    if a.fsdp:  # FSDP's reduce-scatter has no buckets, no exact first steps and one algorithm
+    if a.fsdp:  # FSDP's reduce-scatter has no buckets and one algorithm
         for bad, given in (("--hook torch-fp16 / torch-powersgd", a.hook.startswith("torch-")),
-                           ("--start-iter", a.start_iter != 0), ("--bucket-cap-mb", a.bucket_cap_mb is not None),
+                           ("--bucket-cap-mb", a.bucket_cap_mb is not None),
                            ("--algorithm", a.algorithm != "auto")):
             if given:
                 p.error(f"--fsdp does not take {bad}")
@@ -191,7 +191,8 @@ def shard_with_fsdp(model: nn.Module, args):
         return None
     import gradcomp.torch as gt
 
-    return gt.compress_fsdp(model, codec=args.codec, error_feedback=args.ef, min_numel=args.min_numel, seed=args.seed)
+    return gt.compress_fsdp(model, codec=args.codec, error_feedback=args.ef, min_numel=args.min_numel,
+                            start_iter=args.start_iter, seed=args.seed)
 
 
 class FsdpState:

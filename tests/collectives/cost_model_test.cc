@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "collectives/algorithm_registry.h"
 #include "collectives/cost_model.h"
+#include "collectives/payload_codec.h"
 
 namespace gradcomp {
 namespace {
@@ -68,6 +70,24 @@ TEST(CostModel, PredictCodecResolvesAutoAndRefusesWhatCannotCarry) {
   EXPECT_EQ(sparse.prediction.exposedSeconds, std::max(0.0, sparse.prediction.allreduceSeconds - 0.01));
   EXPECT_THROW(predictCodec(cfg("ring", "topk:ratio=0.01"), "ring", {}, 1 << 20, t, 0, 0), InvalidArgument);
   EXPECT_THROW(predictCodec(cfg("ring"), "hierarchical", {}, 1 << 20, t, 0, 0), InvalidArgument);  // one rank a node
+}
+
+// DGC's warm-up sends up to a quarter of each tensor for its first steps; the model predicts the steps
+// after it, which send the codec's own k (before 2026-12-05 it sized and timed the warm-up's first step).
+TEST(CostModel, DgcIsPredictedPastItsWarmUp) {
+  const Topology t{8, 1, LinkModel::parse("inter=10GB/50us")};
+  const size_t n = size_t{1} << 20;
+  AllreduceConfig warm = cfg("allgather", "topk:ratio=0.01"), plain = warm;
+  warm.errorFeedback = "dgc:warmup=1000";
+  plain.errorFeedback = "ef";
+  EXPECT_EQ(predictCodec(warm, "allgather", {}, n, t, 0, 0).prediction.wireSeconds,
+            predictCodec(plain, "allgather", {}, n, t, 0, 0).prediction.wireSeconds);
+  const PayloadCodec dgc("topk:ratio=0.01", "dgc:warmup=1000");
+  EXPECT_EQ(dgc.steadyStep(7).step, 1000u);
+  EXPECT_EQ(dgc.steadyStep(7).seed, 7u);
+  EXPECT_EQ(PayloadCodec("topk:ratio=0.01", "ef").steadyStep().step, 0u);
+  EXPECT_EQ(encodedBytes(dgc, n), dgc.maxBytes(n, dgc.steadyStep()));
+  EXPECT_GT(dgc.maxBytes(n, EncodeContext{}), 20 * encodedBytes(dgc, n));  // the warm-up's 25 % against 1 %
 }
 
 }  // namespace

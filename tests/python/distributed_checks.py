@@ -610,6 +610,128 @@ def a_different_configuration_on_one_rank_is_the_same_error_on_every_rank(rank, 
 
 
 @check(2)
+def ranks_resumed_at_different_iterations_fail_on_every_rank(rank, group):
+    # Each rank loads its own checkpoint: one a step behind the other is a CollectiveMismatch naming the
+    # iteration on every rank, before anything moves (dgc's warm-up and PowerSGD's start_iter size their
+    # messages by the iteration: apart, gloo aborted the process on the size mismatch).
+    data = batches(rank, 3)
+    for name, make, spec in (("ddp_hook", hooked, ("topk:ratio=0.05", "dgc:warmup=4")),
+                             ("powersgd_hook", powersgd_hooked, ())):
+        kw = {"min_numel": 100} if make is hooked else {"rank": 2, "start_iter": 2}
+        ddp, state = make(group, *spec, **kw)
+        saved = []
+        for step in range(2):
+            train(ddp, data[step:step + 1])
+            saved.append(torch.load(_saved(state.state_dict()), weights_only=False))
+        # into the state that ran (the ranks agreed on its configuration already), as a rollback would
+        state.load_state_dict(saved[rank % 2])  # rank 0 resumes at iteration 1, rank 1 at 2
+        msg = raises_on_every_rank(lambda: train(ddp, data[2:]), gradcomp.CollectiveMismatch, group)
+        expect("iter: rank 0 has 1, rank 1 has 2" in msg, f"{name}: the message does not name the iterations: {msg}")
+        if hasattr(state, "close"):
+            state.close()
+
+
+@check(2)
+def fsdp2_ranks_that_disagree_fail_on_every_rank_and_start_iter_is_exact(rank, group):
+    # The FSDP reduce-scatter is called as FSDP calls it, on this check's group (errors stay off FSDP's
+    # backward; see the overflow cases above). Its all_to_all's size follows from the codec, the options,
+    # the step and the input: before this check a codec of another size on one rank made gloo abort rank
+    # 0's process. Now each is a CollectiveMismatch on every rank naming the field.
+    W = dist.get_world_size(group)
+    n, chunk = 4096 * W, 4096
+    module = torch.nn.Linear(1, 1)  # one anonymous piece per chunk
+    g = torch.randn(n, generator=torch.Generator().manual_seed(rank))
+    out = torch.empty(chunk)
+
+    def rs_of(**kw):
+        return gt.CompressedReduceScatter(module, **{"codec": "int8", "error_feedback": "ef", "fqn": "m", **kw})
+
+    for field, values in (("codec", ("int8", "fp16")), ("min_numel", (0, 100000)), ("start_iter", (0, 1)),
+                          ("error_feedback", ("ef", "none")), ("seed", (0, 1))):
+        rs = rs_of(**{field: values[rank % 2]})
+        msg = raises_on_every_rank(lambda: rs(out, g.clone(), group), gradcomp.CollectiveMismatch, group)
+        expect(f"{field}: rank 0 has" in msg and "rank 1 has" in msg, f"FSDP {field}: {msg}")
+    m = n * (1 + rank % 2)  # FSDP modules of other sizes on the two ranks
+    rs = rs_of()
+    msg = raises_on_every_rank(lambda: rs(torch.empty(m // W), torch.randn(m), group), gradcomp.CollectiveMismatch,
+                               group)
+    expect(f"input_numel: rank 0 has {n}, rank 1 has {2 * n}" in msg, f"FSDP input size: {msg}")
+
+    # Each rank resumes from its own state: one a step behind is a CollectiveMismatch naming the steps
+    # (dgc's warm-up gives the two steps messages of different sizes); the same step goes on.
+    spec = "dgc:momentum=0.9,warmup=4"
+    rs = rs_of(codec="topk:ratio=0.01", error_feedback=spec)
+    saved = []
+    for _ in range(2):
+        rs(out, g.clone(), group)
+        saved.append(torch.load(_saved(rs.state_dict()), weights_only=False))
+    for again in (rs_of(codec="topk:ratio=0.01", error_feedback=spec), rs):  # a new instance; the one that ran
+        again.load_state_dict(saved[rank % 2])
+        msg = raises_on_every_rank(lambda: again(out, g.clone(), group), gradcomp.CollectiveMismatch, group)
+        expect("step: rank 0 has 1, rank 1 has 2" in msg, f"FSDP resumed apart: {msg}")
+        again.load_state_dict(saved[1])
+        again(out, g.clone(), group)
+        expect(again.step == 3 and bool(torch.isfinite(out).all()), f"FSDP resumed together: step {again.step}")
+    # The saved state names its configuration: another codec or seed is refused at load, naming it.
+    rejected(lambda: rs_of(codec="randomk:ratio=0.01", error_feedback=spec).load_state_dict(saved[0]),
+             "codec: saved 'topk", "an FSDP state of top-k loaded into random-k")
+    rejected(lambda: rs_of(codec="topk:ratio=0.01", error_feedback=spec, seed=5).load_state_dict(saved[0]),
+             "seed: saved 0, now 5", "an FSDP state of seed 0 loaded with seed 5")
+
+    # start_iter=2: the first two steps are the exact mean (at 2 ranks a + b in any order, bitwise), fp32
+    # bytes, no state moved, dgc's momentum left out with one warning; the third is a fresh reduce-scatter's
+    # first step, bit for bit (dgc's warm-up counts from start_iter).
+    total = g.clone()
+    dist.all_reduce(total, group=group)
+    want = (total / W)[rank * chunk:(rank + 1) * chunk]
+    late, fresh = rs_of(codec="topk:ratio=0.01", error_feedback=spec, start_iter=2), rs_of(codec="topk:ratio=0.01",
+                                                                                          error_feedback=spec)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            late(out, g.clone(), group)
+            if W == 2:
+                expect(torch.equal(out, want), f"FSDP start_iter: step {step} is not the exact mean")
+            expect(late.last_stats["bytes_sent"] == (W - 1) * chunk * 4, f"FSDP start_iter: {late.last_stats}")
+    told = [str(w.message) for w in caught if "start_iter=2" in str(w.message)]
+    expect(len(told) == 1 and "momentum" in told[0], f"FSDP start_iter with dgc: warnings {told}")
+    expect(not late.state_dict()["residuals"] and not late.state_dict()["momentum"],
+           "FSDP start_iter: an exact step kept a state")
+    first = torch.empty(chunk)
+    late(out, g.clone(), group)
+    fresh(first, g.clone(), group)
+    expect(torch.equal(out, first) and late.last_stats["bytes_sent"] == fresh.last_stats["bytes_sent"],
+           f"FSDP start_iter: the first compressed step is not a fresh one's ({late.last_stats['bytes_sent']} "
+           f"against {fresh.last_stats['bytes_sent']} bytes)")
+    rejected(lambda: rs_of(start_iter=-1), "start_iter must be an integer >= 0", "FSDP start_iter=-1")
+
+
+@check(1)
+def one_rank_reduces_exactly_and_keeps_no_state(rank, group):
+    # Nothing travels in a world of one rank: FSDP itself skips the reduce-scatter there (this torch does;
+    # the results must be FSDP's own either way), and called, the reduce-scatter returns its input, as
+    # the hook all-reduces exactly there, with no state kept; a policy whose momentum is sent warns once.
+    data = batches(rank, 2)
+    ref = fsdp_grads(fsdp_net(), data)
+    net = fsdp_net()
+    comms = gt.compress_fsdp(net, codec="sign", error_feedback="ef", min_numel=0)
+    got = fsdp_grads(net, data)
+    expect(all(torch.equal(a, b) for a, b in zip(ref, got)), "FSDP at one rank is not FSDP's own result")
+    expect(all(not rs.state_dict()["residuals"] and rs.last_stats.get("bytes_sent", 0) == 0 for rs in comms.values()),
+           "FSDP at one rank kept a residual or counted bytes")
+    rs = gt.CompressedReduceScatter(torch.nn.Linear(1, 1), codec="topk:ratio=0.01", error_feedback="dgc", fqn="m")
+    g, out = torch.randn(1000), torch.empty(1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rs(out, g, group)
+        rs(out, g, group)
+    told = [str(w.message) for w in caught if "a world of one rank" in str(w.message)]
+    expect(torch.equal(out, g) and len(told) == 1, f"FSDP dgc at one rank: warnings {told}")
+    expect(not rs.state_dict()["momentum"] and rs.last_stats["bytes_sent"] == 0 and rs.step == 2,
+           f"FSDP dgc at one rank: state kept or bytes counted ({rs.last_stats})")
+
+
+@check(2)
 def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(rank, group):
     data = batches(rank, 2)
     x, y = data[1]
@@ -806,6 +928,36 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
         first[ef] = float(got[0].norm() / ref[0].norm())
     expect(first["ef:scale=auto"] < 0.75 * first["ef"], f"FSDP ef:scale=auto's first step {first['ef:scale=auto']:.2f} "
            f"of the exact norm, plain ef {first['ef']:.2f}")
+
+
+@check(2)
+def fsdp2_under_mixed_precision_reduces_in_fp32_and_returns_the_reduce_dtype(rank, group):
+    # bf16 parameters, gradients reduced in bf16 or fp32 (MixedPrecisionPolicy): the reduce-scatter
+    # decodes and sums in fp32 and hands FSDP its reduce dtype. Lossless, it is FSDP's own result bit for
+    # bit (two addends: a + b in any order, rounded once to bf16 either way); int8 + ef within 5 %.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    data = batches(rank, 3)
+    for reduce_dtype in (torch.bfloat16, torch.float32):
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+
+        def net_of():
+            net = make_net()
+            for m in (net.fc1, net.fc2, net.head):
+                fully_shard(m, mesh=None, mp_policy=policy)
+            fully_shard(net, mp_policy=policy)
+            return net
+
+        ref = fsdp_grads(net_of(), data)
+        for codec, ef, limit in (("none", "none", 0.0), ("int8", "ef", 0.05)):
+            net = net_of()
+            comms = gt.compress_fsdp(net, codec=codec, error_feedback=ef)
+            got = fsdp_grads(net, data)
+            for step, (a, b) in enumerate(zip(ref, got)):
+                rel = float((a.float() - b.float()).norm() / a.float().norm())
+                expect(rel <= limit and bool(torch.isfinite(b).all()),
+                       f"FSDP {codec} reducing in {reduce_dtype}: step {step} {rel:.2e} from FSDP's own")
+            expect(all(comms[m].last_stats.get("bytes_sent", 0) > 0 for m in ("fc1", "fc2", "head")),
+                   f"FSDP {codec}: gradcomp's reduce-scatter was not called")
 
 
 @check(2, 4)

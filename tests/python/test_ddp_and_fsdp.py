@@ -1,4 +1,4 @@
-"""The DDP hook and the FSDP2 reduce-scatter in spawned gloo groups of 2 and 4 ranks (see
+"""The DDP hook and the FSDP2 reduce-scatter in spawned gloo groups of 1, 2 and 4 ranks (see
 distributed_checks.py: one spawn per world size runs every check, each reported here as its own test)."""
 
 import pytest
@@ -8,7 +8,7 @@ import distributed_checks as dc
 
 @pytest.fixture(scope="module")
 def results():
-    return {world: dc.run_checks(world) for world in (2, 4)}
+    return {world: dc.run_checks(world) for world in (1, 2, 4)}
 
 
 @pytest.mark.parametrize("world,name", [(w, n) for n, (_, ws) in dc.CHECKS.items() for w in ws])

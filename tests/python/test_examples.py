@@ -60,6 +60,9 @@ def test_the_example_runs_fsdp_with_gradcomps_reduce_scatter_and_resumes_bitwise
                                                                         full["final_train_loss"])
     plain = summary(torchrun(*TINY[:-4], "--fsdp", "--hook", "none", "--steps", 2))
     assert plain["bytes_per_step"] == 4 * plain["params"] / 2 > 5 * sent[2]
+    # --start-iter 2: two exact fp32 reduce-scatters (FSDP's own bytes), then DGC's warm-up from its start
+    late = summary(torchrun(*fsdp, "--steps", 3, "--start-iter", 2))["bytes_sent"]
+    assert late == [plain["bytes_per_step"]] * 2 + [sent[0]], (late, plain["bytes_per_step"], sent[0])
 
 
 @pytest.mark.parametrize("args,message", [
@@ -69,7 +72,7 @@ def test_the_example_runs_fsdp_with_gradcomps_reduce_scatter_and_resumes_bitwise
     (["--resume"], "--resume needs --checkpoint"),
     (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be in (0, 1e5]"),
     (["--fsdp", "--hook", "torch-fp16"], "--fsdp does not take --hook torch-fp16"),
-    (["--fsdp", "--start-iter", "2"], "--fsdp does not take --start-iter"),
+    (["--fsdp", "--algorithm", "allgather"], "--fsdp does not take --algorithm"),
 ])
 def test_bad_options_are_refused_by_name(args, message):
     # argparse refuses them before torch.distributed starts: one process is enough.

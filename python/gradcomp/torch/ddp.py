@@ -193,6 +193,7 @@ class DDPState:
                                      "configuration (" + "; ".join(diffs) + ")")
         self.wait()
         self.iter = int(sd["iter"])
+        self._checked = False  # the ranks must agree on the iteration they resume at
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
         self.shared.load_named(sd.get("shared", {}))
@@ -288,7 +289,9 @@ class DDPState:
         assert ex is not None
         stats = ExchangeStats()
         if not self._checked:
-            check_ranks_agree(self.config(), self.process_group, self.timeout, "gradcomp ddp_hook", buffer.device)
+            # the iteration too: ranks resumed from different checkpoints would size their messages apart
+            check_ranks_agree({**self.config(), "iter": step}, self.process_group, self.timeout, "gradcomp ddp_hook",
+                              buffer.device)
             self._checked = True
         compressed_elements = 0
         if step < self.start_iter or ex.world == 1:

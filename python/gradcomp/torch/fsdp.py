@@ -4,7 +4,13 @@
     gt.compress_fsdp(model, codec="int8", error_feedback="ef")   # every FSDPModule in the model
 
 error_feedback: any of the DDP hook's (ddp.py): "ef", "none", "ef:scale=auto", "ef21", "ef21-sgdm:eta=0.1"
-or "dgc:momentum=0.9,clip=0,warmup=0" (_policy.py has their steps, shared with the hook).
+or "dgc:momentum=0.9,clip=0,warmup=0" (_policy.py has their steps, shared with the hook). The steps before
+start_iter, and every step of a world of one rank, are exact fp32 reduce-scatters (as the hook's exact
+all-reduces): no state moves, and dgc's warm-up counts from start_iter.
+
+Before its first exchange on a group, and again after load_state_dict, every rank checks that all ranks
+run the same configuration, step and input (_agreement.py): the all_to_all's message size follows from
+them, and gloo aborts the process on a size mismatch rather than raising.
 
 FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut into world-size chunks
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
@@ -32,6 +38,7 @@ FSDP's input buffer is not changed: a policy that sends a momentum works on a co
 from __future__ import annotations
 
 import datetime
+import warnings
 from typing import Optional
 
 import torch
@@ -39,6 +46,7 @@ import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
+from ._agreement import check_ranks_agree
 from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status, warn_if_not_contractive
 from ._layout import Layout, Piece, ResidualStore
 from ._policy import (check_policy_fits, dgc_masking, dgc_momentum, ef21_add_shared_estimate, ef21_estimates_after,
@@ -83,7 +91,7 @@ class CompressedReduceScatter:
 
     def __init__(self, module: torch.nn.Module, *, codec: str = "int8", error_feedback: str = "ef", seed: int = 0,
                  nonfinite: str = "error", timeout: datetime.timedelta = datetime.timedelta(minutes=5),
-                 threads: int = 1, min_numel: int = 0, fqn: str = ""):
+                 threads: int = 1, min_numel: int = 0, start_iter: int = 0, fqn: str = ""):
         self._parsed = parse_error_feedback(error_feedback, "CompressedReduceScatter")
         check_policy_fits(self._parsed, Codec(codec).canonical_spec, nonfinite, "CompressedReduceScatter")
         if nonfinite not in ("error", "skip"):
@@ -94,6 +102,9 @@ class CompressedReduceScatter:
         if not isinstance(min_numel, int) or min_numel < 0:
             raise _C.InvalidArgument(f"CompressedReduceScatter: min_numel must be an integer >= 0, got {min_numel!r}")
         self.min_numel = min_numel  # parameters with fewer elements are reduced exactly (fp32)
+        if not isinstance(start_iter, int) or start_iter < 0:
+            raise _C.InvalidArgument(f"CompressedReduceScatter: start_iter must be an integer >= 0, got {start_iter!r}")
+        self.start_iter = start_iter  # steps before it are exact fp32 reduce-scatters
         self.error_feedback = self._parsed.spec
         self.seed = seed
         self.nonfinite = nonfinite
@@ -105,7 +116,14 @@ class CompressedReduceScatter:
         self.step = 0
         self.last_stats: dict = {}
         self._exchange: Optional[Exchange] = None
+        self._checked_group: Optional[dist.ProcessGroup] = None  # the group the ranks last agreed on
         self._warned_not_contractive = False
+        self._warned_exact_momentum = False
+
+    def config(self) -> dict:
+        """What every rank must share (checked before the first exchange; compared at load_state_dict)."""
+        return {"codec": self.codec.canonical_spec, "error_feedback": self.error_feedback, "seed": self.seed,
+                "nonfinite": self.nonfinite, "min_numel": self.min_numel, "start_iter": self.start_iter}
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
@@ -124,10 +142,19 @@ class CompressedReduceScatter:
             raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
+        if self._checked_group is not group:
+            check_ranks_agree({**self.config(), "step": self.step, "input_numel": n, "layout": layout.hash32,
+                               "input_dtype": str(input_tensor.dtype)}, group, self.timeout,
+                              "gradcomp FSDP reduce-scatter", x.device)
+            self._checked_group = group
+        if self.step < self.start_iter or W == 1:
+            self._exact(output_tensor, x, group, ex, chunk)
+            return None
         ex.name_at = layout.name_at
         # ef21's h is refused rather than reset on one rank (its H would keep the old h for good)
         ex.resettable = not policy.shares_estimate
-        ex.warmup = (self.step, policy.warmup) if policy.name == "dgc" else (0, 0)
+        # DGC's warm-up counts from compression's start
+        ex.warmup = (self.step - self.start_iter, policy.warmup) if policy.name == "dgc" else (0, 0)
         stats = ExchangeStats()
         # One wire per (parameter, chunk); destination r gets every parameter's chunk r.
         parts = [Part(*part) for part in layout.parts(self.min_numel)]
@@ -206,11 +233,37 @@ class CompressedReduceScatter:
                            "resets": stats.resets}
         return None
 
+    def _exact(self, output_tensor: torch.Tensor, x: torch.Tensor, group: dist.ProcessGroup, ex: Exchange,
+               chunk: int) -> None:
+        """An exact fp32 reduce-scatter and mean: the steps before start_iter, and a world of one rank."""
+        if self._parsed.has_momentum and not self._warned_exact_momentum:
+            warnings.warn(f"gradcomp FSDP reduce-scatter: {self.error_feedback}'s momentum is part of what it sends, "
+                          f"and {'a world of one rank' if ex.world == 1 else f'the steps before start_iter={self.start_iter}'}"
+                          " reduce exactly, without it: those steps take no momentum unless the optimizer has its own",
+                          stacklevel=3)
+            self._warned_exact_momentum = True
+        stats = ExchangeStats()
+        acc = output_tensor if output_tensor.dtype == torch.float32 else torch.empty(chunk, dtype=torch.float32,
+                                                                                      device=x.device)
+        if ex.world == 1:
+            acc.copy_(x)
+        else:
+            ex.wait_for(dist.reduce_scatter_tensor(acc, x, group=group, async_op=True),
+                        "FSDP reduce-scatter (exact)", stats)
+            acc.div_(ex.world)
+        if acc is not output_tensor:
+            output_tensor.copy_(acc)
+        self.step += 1
+        fp32_bytes = (ex.world - 1) * chunk * 4
+        self.last_stats = {"step": self.step - 1, "bytes_sent": fp32_bytes, "fp32_reduce_scatter_bytes": fp32_bytes,
+                           "codec_seconds": 0.0, "comm_seconds": stats.comm_seconds, "resets": 0}
+
     def state_dict(self) -> dict:
         """This rank's state by parameter name (each rank saves its own, as FSDP's sharded state): the
         residuals, the momentum (ef21-sgdm, dgc) and ef21's shared estimate of this rank's shard."""
-        return {"format": "gradcomp.fsdp_rs/1", "error_feedback": self.error_feedback, "step": self.step,
-                "residuals": self.residuals.named(), "momentum": self.momentum.named(), "shared": self.shared.named()}
+        return {"format": "gradcomp.fsdp_rs/1", "config": self.config(), "error_feedback": self.error_feedback,
+                "step": self.step, "residuals": self.residuals.named(), "momentum": self.momentum.named(),
+                "shared": self.shared.named()}
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("format") != "gradcomp.fsdp_rs/1":
@@ -224,7 +277,14 @@ class CompressedReduceScatter:
         if saved is not None and saved != self.error_feedback:
             raise _C.InvalidArgument(f"CompressedReduceScatter.load_state_dict: the state was saved with "
                                      f"error_feedback {saved!r}, this reduce-scatter runs {self.error_feedback!r}")
+        # States saved before the configuration was kept in them name only their policy (checked above).
+        theirs, mine = sd.get("config", {}), self.config()
+        diffs = [f"{k}: saved {theirs[k]!r}, now {mine[k]!r}" for k in mine if k in theirs and theirs[k] != mine[k]]
+        if diffs:
+            raise _C.InvalidArgument("CompressedReduceScatter.load_state_dict: the state was saved with another "
+                                     "configuration (" + "; ".join(diffs) + ")")
         self.step = int(sd["step"])
+        self._checked_group = None  # the ranks must agree on the step they resume at
         self.residuals.load_named(sd["residuals"])
         self.momentum.load_named(sd.get("momentum", {}))
         self.shared.load_named(sd.get("shared", {}))

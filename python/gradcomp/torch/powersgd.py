@@ -114,6 +114,7 @@ class PowerSGDState:
             raise _C.InvalidArgument("PowerSGDState.load_state_dict: the checkpoint was made with another "
                                      "configuration (" + "; ".join(diffs) + ")")
         self.iter = int(sd["iter"])
+        self._checked = False  # the ranks must agree on the iteration they resume at
         self.q = {k: v.clone() for k, v in sd["q"].items()}
         self.residuals = {k: v.clone() for k, v in sd["residuals"].items()}
 
@@ -128,7 +129,9 @@ class PowerSGDState:
         group, world = self.process_group, dist.get_world_size(self.process_group)
         buffer = bucket.buffer()
         if not self._checked:
-            check_ranks_agree(self.config(), group, self.timeout, "gradcomp powersgd_hook", buffer.device)
+            # the iteration too: ranks resumed from different checkpoints would exchange P on one, fp32 on another
+            check_ranks_agree({**self.config(), "iter": self.iter}, group, self.timeout, "gradcomp powersgd_hook",
+                              buffer.device)
             self._checked = True
         step = self.iter
         if bucket.is_last():
