@@ -10,7 +10,10 @@ all-reduces): no state moves, and dgc's warm-up counts from start_iter.
 
 Before its first exchange on a group, and again after load_state_dict, every rank checks that all ranks
 run the same configuration, step and input (_agreement.py): the all_to_all's message size follows from
-them, and gloo aborts the process on a size mismatch rather than raising.
+them, and gloo aborts the process on a size mismatch rather than raising. The steps between are not
+checked again (FSDP hands every rank the same input at every step), and load_state_dict must be called on
+every rank (the next step's check is a collective). The exact steps do not look for NaN/Inf (nothing of
+theirs is kept: the mean carries it, as FSDP's own reduce-scatter would).
 
 FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut into world-size chunks
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
@@ -29,7 +32,7 @@ Where each policy's state lives, and what it costs in memory (n: the module's un
   dgc                v in the residual and the momentum u, n each per rank; a parameter's gradient is
                      clipped over all of its chunks (as the hook clips it whole; a module whose parameters
                      FSDP does not expose is one anonymous parameter, clipped as one), and the warm-up's
-                     larger k applies to each chunk (counted from this reduce-scatter's first step).
+                     larger k applies to each chunk (counted from start_iter).
 Each of these states is double-buffered (a failed step changes nothing), and dgc and ef21-sgdm work on a
 copy of an fp32 input: transient buffers of n each.
 FSDP's input buffer is not changed: a policy that sends a momentum works on a copy of it.
@@ -138,15 +141,17 @@ class CompressedReduceScatter:
         W = ex.world
         x = input_tensor if input_tensor.dtype == torch.float32 else input_tensor.float()
         n = x.numel()
-        if n % W:
-            raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
         if self._checked_group is not group:
+            # Every rank reaches this with the same step (FSDP's order), so no rank can wait alone; a rank
+            # whose input alone cannot be split would otherwise leave the others here until the deadline.
             check_ranks_agree({**self.config(), "step": self.step, "input_numel": n, "layout": layout.hash32,
                                "input_dtype": str(input_tensor.dtype)}, group, self.timeout,
                               "gradcomp FSDP reduce-scatter", x.device)
             self._checked_group = group
+        if n % W:
+            raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
         if self.step < self.start_iter or W == 1:
             self._exact(output_tensor, x, group, ex, chunk)
             return None
