@@ -219,7 +219,7 @@ class FsdpState:
 def bytes_per_step(args, state, n_params: int, world: int, step: int, powersgd_elements: int) -> float:
     """Bytes this rank sent in the last step: gradcomp counts its own; the others, from their formats
     on a ring all-reduce (2 (W-1)/W of the payload; PowerSGD: its P and Q factors) or FSDP's ring
-    reduce-scatter ((W-1)/W of the fp32 gradient)."""
+    reduce-scatter ((W-1)/W of the fp32 gradient, n_params then counting FSDP's padding)."""
     ring = 2 * (world - 1) / world
     if args.hook == "gradcomp":
         return float(state.last_stats.get("bytes_sent", 0))
@@ -289,6 +289,9 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     model = CharGPT(len(vocab), args.embd, args.heads, args.layers, args.block)
     n_params = sum(p.numel() for p in model.parameters())
+    # FSDP2 cuts each parameter along dim 0 into world-size chunks of equal rows, padding the last: its
+    # reduce-scatter moves the padded size (as gradcomp's counts its padded chunks).
+    padded = sum(-(-p.shape[0] // world) * world * (p.numel() // p.shape[0]) for p in model.parameters())
     comms = ck = logits = loss = None  # released before the process group (the end of main)
     if args.fsdp:
         comms = shard_with_fsdp(model, args)
@@ -325,7 +328,7 @@ def main(argv=None) -> int:
         loss.backward()
         opt.step()
         step_times.append(time.perf_counter() - t0)
-        sent.append(bytes_per_step(args, state, n_params, world, step, powersgd_elements))
+        sent.append(bytes_per_step(args, state, padded if args.fsdp else n_params, world, step, powersgd_elements))
         loss_value = float(loss.detach())
         losses.append(loss_value)
         if not math.isfinite(loss_value):

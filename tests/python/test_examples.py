@@ -63,6 +63,12 @@ def test_the_example_runs_fsdp_with_gradcomps_reduce_scatter_and_resumes_bitwise
     # --start-iter 2: two exact fp32 reduce-scatters (FSDP's own bytes), then DGC's warm-up from its start
     late = summary(torchrun(*fsdp, "--steps", 3, "--start-iter", 2))["bytes_sent"]
     assert late == [plain["bytes_per_step"]] * 2 + [sent[0]], (late, plain["bytes_per_step"], sent[0])
+    # Rows that do not split evenly (33 wide): FSDP pads each parameter's last chunk, and both counts
+    # include the padding, gradcomp's exact steps and FSDP's own.
+    odd = ["--embd", "33", "--heads", "3", "--steps", 1]
+    own = summary(torchrun(*TINY[:-4], "--fsdp", "--hook", "none", *odd))
+    exact = summary(torchrun(*fsdp, *odd, "--start-iter", 1))
+    assert exact["bytes_sent"] == own["bytes_sent"] and own["bytes_per_step"] > 4 * own["params"] / 2, (exact, own)
 
 
 @pytest.mark.parametrize("args,message", [
