@@ -965,6 +965,40 @@ def fsdp2_under_mixed_precision_reduces_in_fp32_and_returns_the_reduce_dtype(ran
                    f"FSDP {codec}: gradcomp's reduce-scatter was not called")
 
 
+@check(4)
+def fsdp2_hsdp_returns_the_mean_over_every_rank(rank, group):
+    # HSDP, a (replicate 2, shard 2) mesh: gradcomp's reduce-scatter returns each shard group's mean, and
+    # FSDP all-reduces the two replicas and divides by 2 (the divide factor compress_fsdp sets): lossless,
+    # FSDP's own HSDP result to fp32 rounding (before 2026-12-05 twice it: the factor was 1 and FSDP's
+    # all-reduce summed the replicas); int8 + ef within 5 %. A mesh that shards over one rank is refused
+    # (FSDP calls no reduce-scatter there: nothing would be compressed).
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    def net_of(shape):
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=("replicate", "shard"))
+        net = make_net()
+        for m in (net.fc1, net.fc2, net.head):
+            fully_shard(m, mesh=mesh)
+        fully_shard(net, mesh=mesh)
+        return net
+
+    data = batches(rank, 3)
+    ref = fsdp_grads(net_of((2, 2)), data)
+    for codec, ef, limit in (("none", "none", 1e-6), ("int8", "ef", 0.05)):
+        net = net_of((2, 2))
+        comms = gt.compress_fsdp(net, codec=codec, error_feedback=ef)
+        got = fsdp_grads(net, data)
+        for step, (a, b) in enumerate(zip(ref, got)):
+            rel = float((a - b).norm() / a.norm())
+            expect(rel <= limit, f"HSDP {codec}: step {step} {rel:.2e} from FSDP's own (norm ratio "
+                   f"{float(b.norm() / a.norm()):.3f})")
+        expect(all(comms[m].last_stats.get("bytes_sent", 0) > 0 for m in ("fc1", "fc2", "head")),
+               f"HSDP {codec}: gradcomp's reduce-scatter was not called")
+    rejected(lambda: gt.compress_fsdp(net_of((4, 1)), codec="int8"), "is replicated over 4 ranks and sharded over 1",
+             "a mesh that shards over one rank")
+
+
 @check(2, 4)
 def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
     # The DDP hook's other policies in the FSDP reduce-scatter, with lr 0 (the parameters never move, so

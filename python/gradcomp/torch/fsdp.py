@@ -18,8 +18,9 @@ theirs is kept: the mean carries it, as FSDP's own reduce-scatter would).
 FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut into world-size chunks
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
 destination (error feedback at the source), an all_to_all_single delivers them, and each rank decodes and
-sums its chunk in fp32 and divides by the world size. gradcomp owns the scaling: compress_fsdp sets
-FSDP's gradient divide factor to 1 and forces sum reductions, so FSDP neither pre- nor post-divides.
+sums its chunk in fp32 and divides by the group's size. gradcomp owns the scaling: compress_fsdp sets
+FSDP's gradient divide factor to 1 (HSDP: the number of replicas, which FSDP divides by after its
+all-reduce across them) and forces sum reductions, so FSDP divides by nothing else.
 Residuals are kept per module and converted to {parameter name: residual} for checkpoints.
 
 Where each policy's state lives, and what it costs in memory (n: the module's unsharded gradient):
@@ -295,8 +296,31 @@ class CompressedReduceScatter:
         self.shared.load_named(sd.get("shared", {}))
 
 
+def _replicas(module: torch.nn.Module) -> tuple[int, int]:
+    """(ranks a parameter is sharded over, replicas of each shard) of an FSDP module's mesh, read from its
+    parameters' DTensor placements (public API): a 1-D mesh is (W, 1); HSDP's (replicate, shard) mesh (W, R).
+    A module without parameters of its own is (0, 1): FSDP never calls its reduce-scatter."""
+    for p in module.parameters():
+        mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", None)
+        if mesh is None or placements is None:
+            continue
+        shard, replicate = 1, 1
+        for dim, placement in enumerate(placements):
+            if placement.is_replicate():
+                replicate *= mesh.size(dim)
+            elif placement.is_shard():
+                shard *= mesh.size(dim)
+        return shard, replicate
+    return 0, 1
+
+
 def compress_fsdp(model: torch.nn.Module, **kwargs) -> dict[str, CompressedReduceScatter]:
     """Installs a CompressedReduceScatter on every FSDPModule in model; returns them by module name.
+
+    HSDP (a 2-D mesh, replicate x shard): the reduce-scatter within each shard group is gradcomp's and
+    returns that group's mean; FSDP then all-reduces (sums, fp32) across the R replicas and divides by R,
+    its gradient divide factor, so the result is the mean over every rank. A mesh whose shard dimension is
+    one rank is refused: FSDP calls no reduce-scatter there (use the DDP hook).
 
     Raises BackendUnavailable when this torch has no FSDP2 custom reduce-scatter (torch < 2.9)."""
     try:
@@ -310,9 +334,16 @@ def compress_fsdp(model: torch.nn.Module, **kwargs) -> dict[str, CompressedReduc
         if not hasattr(m, "set_custom_reduce_scatter"):
             raise _C.BackendUnavailable(f"gradcomp.torch.compress_fsdp: torch {torch.__version__} has no "
                                         f"FSDPModule.set_custom_reduce_scatter (it came in torch 2.9)")
+        shard, replicas = _replicas(m)
+        if shard == 1 and replicas > 1:
+            raise _C.InvalidArgument(f"gradcomp.torch.compress_fsdp: module {fqn or '(root)'} is replicated over "
+                                     f"{replicas} ranks and sharded over 1: FSDP calls no reduce-scatter there, so "
+                                     f"nothing would be compressed (shard over more ranks, or use the DDP hook)")
         rs = CompressedReduceScatter(m, fqn=fqn, **kwargs)
         m.set_custom_reduce_scatter(rs)
-        m.set_gradient_divide_factor(1.0)
+        # gradcomp's reduce-scatter returns its shard group's mean; with force_sum FSDP divides by this
+        # factor after its all-reduce across the replicas (HSDP), never before (it would scale the input).
+        m.set_gradient_divide_factor(float(replicas))
         m.set_force_sum_reduction_for_comms(True)
         installed[fqn] = rs
     if not installed:
