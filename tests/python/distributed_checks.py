@@ -6,6 +6,7 @@ test. Each check gets a fresh subgroup, so one check's failure cannot leave the 
 from __future__ import annotations
 
 import datetime
+import gc
 import io
 import json
 import os
@@ -610,6 +611,42 @@ def a_different_configuration_on_one_rank_is_the_same_error_on_every_rank(rank, 
 
 
 @check(2)
+def a_bf16_model_is_reduced_in_fp32_and_a_float64_one_refused(rank, group):
+    # A model in bf16 hands the hook bf16 buckets: they are widened, encoded, summed and error-fed back in
+    # fp32 and rounded back once (before 2026-12-05 a TypeError from the binding). Lossless, DDP's own bf16
+    # result bit for bit (two addends: round(a + b) / 2 = round((a + b) / 2)); int8 + ef within 5 %, its
+    # residuals fp32. A float64 model is refused at DDPState, naming a parameter.
+    data = [(x.bfloat16(), y) for x, y in batches(rank, 3)]
+    ref, _ = train(ddp_of(make_net().bfloat16(), group), data, record_grads=True)
+    for codec, limit in (("none", 0.0), ("int8", 0.05)):
+        ddp = ddp_of(make_net().bfloat16(), group)
+        state = gt.DDPState(ddp, codec=codec, error_feedback="ef", process_group=group, min_numel=100)
+        ddp.register_comm_hook(state, gt.ddp_hook)
+        got, _ = train(ddp, data, record_grads=True)
+        for step, (a, b) in enumerate(zip(ref, got)):
+            rel = float((a.float() - b.float()).norm() / a.float().norm())
+            expect(b.dtype == torch.bfloat16 and rel <= limit, f"bf16 {codec}: step {step} {rel:.2e} ({b.dtype})")
+        residuals = state.state_dict()["residuals"]
+        expect(codec == "none" or (residuals and all(r.dtype == torch.float32 for r in residuals.values())),
+               f"bf16 {codec}: residuals {[(k, r.dtype) for k, r in residuals.items()]}")
+        state.close()
+    rejected(lambda: gt.DDPState(ddp_of(make_net().double(), group), codec="int8", process_group=group),
+             "fc1.weight (torch.float64)", "a float64 model")
+    # The PowerSGD hook too (its matmuls needed one dtype: a RuntimeError before): exact before start_iter,
+    # then P, Q and E in fp32, the gradient rounded back to bf16.
+    ddp = ddp_of(make_net().bfloat16(), group)
+    state = gt.PowerSGDState(ddp, rank=2, start_iter=1, process_group=group)
+    ddp.register_comm_hook(state, gt.powersgd_hook)
+    got, _ = train(ddp, data, record_grads=True)
+    expect(torch.equal(got[0], ref[0]), "bf16 PowerSGD: the exact step is not DDP's own")
+    expect(all(g.dtype == torch.bfloat16 and bool(torch.isfinite(g).all()) for g in got) and
+           all(e.dtype == torch.float32 for e in state.state_dict()["residuals"].values()) and state.last_stats["compressed"] == 3,
+           f"bf16 PowerSGD: {[g.dtype for g in got]}, {state.last_stats}")
+    rejected(lambda: gt.PowerSGDState(ddp_of(make_net().double(), group), process_group=group),
+             "fc1.weight (torch.float64)", "a float64 model under PowerSGD")
+
+
+@check(2)
 def ranks_resumed_at_different_iterations_fail_on_every_rank(rank, group):
     # Each rank loads its own checkpoint: one a step behind the other is a CollectiveMismatch naming the
     # iteration on every rank, before anything moves (dgc's warm-up and PowerSGD's start_iter size their
@@ -709,6 +746,9 @@ def fsdp2_ranks_that_disagree_fail_on_every_rank_and_start_iter_is_exact(rank, g
            f"FSDP start_iter: the first compressed step is not a fresh one's ({late.last_stats['bytes_sent']} "
            f"against {fresh.last_stats['bytes_sent']} bytes)")
     rejected(lambda: rs_of(start_iter=-1), "start_iter must be an integer >= 0", "FSDP start_iter=-1")
+    # float64 gradients on every rank: past the agreement, refused by name on every rank
+    rejected(lambda: rs_of()(torch.empty(chunk, dtype=torch.float64), g.double(), group), "a gradient of torch.float64",
+             "an FSDP float64 gradient")
 
 
 @check(1)
@@ -1198,6 +1238,11 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[
             results[name] = None
         except BaseException as e:  # noqa: BLE001 -- reported to pytest
             results[name] = f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+        # The check's DDP and FSDP models sit in reference cycles (DDP's reducer hooks; a reduce-scatter
+        # holding its module): freed only by the collector. Alive at interpreter exit, their teardown
+        # races gloo's threads and aborts the process now and then ("terminate called without an active
+        # exception"), failing the spawn after every check has passed.
+        gc.collect()
         dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)

@@ -15,6 +15,7 @@ the non-finite gradient, which it does on every rank at once; either way the rec
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import math
 import os
@@ -64,6 +65,7 @@ def main(argv) -> int:
               "planned_steps": steps, "status": "ok", "world": world}
     fp32_ring = 2 * (world - 1) / world * 4 * n_params
     import gradcomp
+    loss = None
     for step in range(steps):
         idx = shard[torch.randint(0, shard.numel(), (batch,), generator=order)]
         t0 = time.perf_counter()
@@ -94,6 +96,11 @@ def main(argv) -> int:
         with open(record_path + ".tmp", "w") as f:
             json.dump(record, f)
         os.replace(record_path + ".tmp", record_path)
+    # DDP sits in a reference cycle (its reducer's hooks): alive at interpreter exit, its teardown races
+    # gloo's threads and aborts the process now and then ("terminate called without an active
+    # exception", about one rank in ten here, with or without a hook). It goes first, by the collector.
+    del ddp, model, opt, state, loss
+    gc.collect()
     if record["status"] == "ok":
         dist.barrier()   # rank 0 evaluates and writes last: the others must not tear the group down first
         dist.destroy_process_group()

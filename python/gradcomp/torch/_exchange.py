@@ -52,6 +52,11 @@ class Part(NamedTuple):
     lossless: bool = False
 
 
+# Gradient dtypes the integrations reduce: fp32 as it is, bf16 / fp16 widened to fp32 (encoded, summed and
+# error-fed back there) and rounded back once. float64 would lose precision through the fp32 codecs.
+REDUCED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def segment_id(tensor_id: int, segment: int) -> int:
     """The codec's tensor id for one segment (the counter-based RNG's key; 31 bits)."""
     return (tensor_id * 131 + segment) & 0x7FFFFFFF

@@ -27,7 +27,8 @@ from .._codec import Codec
 from .. import cost_model
 from ..diagnose import codec_bound, diagnose
 from ._agreement import check_ranks_agree
-from ._exchange import STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status, warn_if_not_contractive
+from ._exchange import (REDUCED_DTYPES, STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status,
+                        warn_if_not_contractive)
 from ._layout import Layout, Piece, ResidualStore
 from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
                       ef21_add_shared_estimate, ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
@@ -151,6 +152,12 @@ class DDPState:
         """Binds the model whose parameters the buckets hold (after torch.load, on a new DDP instance)."""
         inner = getattr(module, "module", module) if isinstance(module, torch.nn.parallel.DistributedDataParallel) \
             else module
+        wide = [f"{n} ({p.dtype})" for n, p in inner.named_parameters()
+                if p.requires_grad and p.dtype not in REDUCED_DTYPES]
+        if wide:
+            raise _C.InvalidArgument(f"DDPState: the codecs take fp32, and bf16 / fp16 gradients are reduced in "
+                                     f"fp32; these parameters are neither: {', '.join(wide[:4])}"
+                                     f"{' and more' if len(wide) > 4 else ''}")
         self._names = {p.data_ptr(): n for n, p in inner.named_parameters()}
         self._layouts = {}
         if process_group is not None:
@@ -288,6 +295,11 @@ class DDPState:
         ex = self._exchange
         assert ex is not None
         stats = ExchangeStats()
+        if buffer.dtype not in REDUCED_DTYPES:
+            raise _C.InvalidArgument(f"gradcomp ddp_hook: a bucket of {buffer.dtype}: the codecs take fp32, and "
+                                     f"bf16 / fp16 buckets are reduced in fp32 (a float64 model would lose precision)")
+        # A bf16 / fp16 model's bucket: encoded, summed and error-fed back in fp32, rounded back once
+        x = buffer if buffer.dtype == torch.float32 else buffer.float()
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would size their messages apart
             check_ranks_agree({**self.config(), "iter": step}, self.process_group, self.timeout, "gradcomp ddp_hook",
@@ -301,14 +313,16 @@ class DDPState:
                               " all-reduce exactly, without it: those steps take no momentum unless the optimizer "
                               "has its own", stacklevel=2)
                 self._warned_exact_momentum = True
-            ex.exact_mean(buffer, stats)
+            ex.exact_mean(x, stats)
         else:
-            layout, parts = self._layout(buffer, grads, params)
+            layout, parts = self._layout(buffer, grads, params)  # offsets in elements: the same in x
             compressed_elements = sum(p.end - p.start for p in parts if not p.lossless)
             # DGC's warm-up counts from compression's start
             ex.warmup = (step - self.start_iter, self._parsed.warmup) if self._policy == "dgc" else (0, 0)
             ex.name_at = layout.name_at
-            self._reduce_parts(layout, buffer, parts, step, stats)
+            self._reduce_parts(layout, x, parts, step, stats)
+        if x is not buffer:
+            buffer.copy_(x)  # rounded once, after the fp32 mean
         self._account(step, last, buffer.numel(), compressed_elements, stats)
         return buffer
 

@@ -9,7 +9,8 @@ equal in tests/python/test_powersgd.py): per parameter viewed as shape[0] x rest
 (warm start), P = M Q summed over ranks and orthogonalized, Q = M^T P summed and divided by the world size,
 the mean approximation P Q^T written back, E = M - P Q^T. Parameters that are vectors, or would not shrink by
 `min_compression` ((rows + cols) rank x min_compression > rows cols), and every step before `start_iter`,
-go as exact fp32 means. A bucket costs one all-reduce of its exact parameters, one of all its P and one of
+go as exact fp32 means. A bf16 / fp16 model's gradients are reduced in fp32 (M, P, Q and E) and rounded
+back once; a float64 model is refused. A bucket costs one all-reduce of its exact parameters, one of all its P and one of
 all its Q.
 
 What it does that torch's hook does not: Q and the residuals are kept by parameter name, so state_dict() /
@@ -27,6 +28,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ._agreement import check_ranks_agree
+from ._exchange import REDUCED_DTYPES
 from .ddp import _value_or_raise
 
 _FORMAT = "gradcomp.powersgd_state/1"
@@ -90,6 +92,11 @@ class PowerSGDState:
     def attach(self, module: torch.nn.Module) -> "PowerSGDState":
         inner = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
         named = list(inner.named_parameters())
+        wide = [f"{n} ({p.dtype})" for n, p in named if p.requires_grad and p.dtype not in REDUCED_DTYPES]
+        if wide:
+            raise _C.InvalidArgument(f"PowerSGDState: the factors are fp32, and bf16 / fp16 gradients are reduced "
+                                     f"in fp32; these parameters are neither: {', '.join(wide[:4])}"
+                                     f"{' and more' if len(wide) > 4 else ''}")
         self._names = {p.data_ptr(): n for n, p in named}
         self._ids = {n: i for i, (n, _) in enumerate(named)}  # the parameter's index keys its initial Q
         return self
@@ -128,6 +135,9 @@ class PowerSGDState:
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         group, world = self.process_group, dist.get_world_size(self.process_group)
         buffer = bucket.buffer()
+        if buffer.dtype not in REDUCED_DTYPES:
+            raise _C.InvalidArgument(f"gradcomp powersgd_hook: a bucket of {buffer.dtype}: the factors are fp32, and "
+                                     f"bf16 / fp16 gradients are reduced in fp32 (float64 would lose precision)")
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would exchange P on one, fp32 on another
             check_ranks_agree({**self.config(), "iter": self.iter}, group, self.timeout, "gradcomp powersgd_hook",
@@ -137,8 +147,11 @@ class PowerSGDState:
         if bucket.is_last():
             self.iter += 1
         if step < self.start_iter:
-            dist.all_reduce(buffer, group=group)
-            buffer.div_(world)
+            x = buffer if buffer.dtype == torch.float32 else buffer.float()  # a bf16 / fp16 model's: in fp32
+            dist.all_reduce(x, group=group)
+            x.div_(world)
+            if x is not buffer:
+                buffer.copy_(x)
             self.last_stats = {"step": step, "compressed": 0, "elements_sent": buffer.numel()}
             return buffer
         exact, parts = [], []
@@ -155,7 +168,7 @@ class PowerSGDState:
             else:
                 exact.append(grad)
         if exact:
-            flat = torch.cat([g.reshape(-1) for g in exact])
+            flat = torch.cat([g.reshape(-1) for g in exact]).float()
             dist.all_reduce(flat, group=group)
             flat.div_(world)
             at = 0
@@ -165,7 +178,7 @@ class PowerSGDState:
         if parts:
             ms, ps, qs = [], [], []
             for name, grad, rows, cols, r in parts:
-                m = grad.reshape(rows, cols).clone()
+                m = grad.reshape(rows, cols).to(torch.float32, copy=True)  # M, its P, Q and E in fp32
                 if self.error_feedback == "ef" and name in self.residuals:
                     m += self.residuals[name].to(m.device)
                 q = self.q.get(name)
