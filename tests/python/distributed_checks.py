@@ -629,6 +629,9 @@ def a_bf16_model_is_reduced_in_fp32_and_a_float64_one_refused(rank, group):
         residuals = state.state_dict()["residuals"]
         expect(codec == "none" or (residuals and all(r.dtype == torch.float32 for r in residuals.values())),
                f"bf16 {codec}: residuals {[(k, r.dtype) for k, r in residuals.items()]}")
+        ls = state.last_stats  # the ratio is against DDP's own all-reduce of bf16 buckets: half fp32's bytes
+        expect(2 * ls["ddp_allreduce_bytes"] == ls["fp32_allreduce_bytes"] and
+               ls["compression_ratio"] == ls["ddp_allreduce_bytes"] / ls["bytes_sent"], f"bf16 {codec}: {ls}")
         state.close()
     rejected(lambda: gt.DDPState(ddp_of(make_net().double(), group), codec="int8", process_group=group),
              "fc1.weight (torch.float64)", "a float64 model")
@@ -1037,6 +1040,59 @@ def fsdp2_hsdp_returns_the_mean_over_every_rank(rank, group):
                f"HSDP {codec}: gradcomp's reduce-scatter was not called")
     rejected(lambda: gt.compress_fsdp(net_of((4, 1)), codec="int8"), "is replicated over 4 ranks and sharded over 1",
              "a mesh that shards over one rank")
+
+    # The replicas are each module's own (FSDP's mesh info), and a tensor-parallel dimension is not one:
+    # read from the parameters' placements instead, a root on a 1-D mesh took its children's HSDP factor
+    # (0.5x its own gradients), and a LayerNorm replicated over TP counted TP as replicas (0.5x).
+    from torch.distributed.tensor import DTensor, Replicate, distribute_module
+
+    class Small(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.norm, self.fc, self.head = torch.nn.LayerNorm(8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.fc(self.norm(x))))
+
+    def grads_of(net, x, y):
+        net.zero_grad()
+        ((net(x) - y) ** 2).mean().backward()
+        return {n: p.grad.full_tensor().clone() for n, p in net.named_parameters()}
+
+    flat = init_device_mesh("cpu", (4,))
+    hsdp = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    tp = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+
+    def mixed():  # the root's own parameters (head) on a 1-D mesh, norm and fc under HSDP
+        net = Small()
+        fully_shard(net.norm, mesh=hsdp)
+        fully_shard(net.fc, mesh=hsdp)
+        fully_shard(net, mesh=flat)
+        return net
+
+    def with_tp():  # norm replicated over tp (a DTensor), FSDP over dp: the tp ranks see the same data
+        net = Small()
+        distribute_module(net.norm, tp["tp"],
+                          input_fn=lambda mod, inputs, mesh: tuple(DTensor.from_local(t, mesh, [Replicate()])
+                                                                   for t in inputs),
+                          output_fn=lambda mod, out, mesh: out.to_local())
+        fully_shard(net.norm, mesh=tp["dp"])
+        fully_shard(net, mesh=tp["dp"])
+        return net
+
+    for what, make, seed in (("a root on a 1-D mesh over HSDP children", mixed, rank),
+                             ("FSDP with a tensor-parallel norm", with_tp, rank // 2)):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+        want = grads_of(make(), x, y)
+        net = make()
+        gt.compress_fsdp(net, codec="none", error_feedback="none")
+        got = grads_of(net, x, y)
+        for name, w in want.items():
+            ratio = float(got[name].norm() / w.norm())
+            expect(float((got[name] - w).norm() / w.norm()) <= 1e-6,
+                   f"{what}: {name} is {ratio:.3f}x FSDP's own")
 
 
 @check(2, 4)

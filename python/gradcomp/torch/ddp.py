@@ -302,8 +302,8 @@ class DDPState:
         x = buffer if buffer.dtype == torch.float32 else buffer.float()
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would size their messages apart
-            check_ranks_agree({**self.config(), "iter": step}, self.process_group, self.timeout, "gradcomp ddp_hook",
-                              buffer.device)
+            check_ranks_agree({**self.config(), "iter": step, "dtype": str(buffer.dtype)}, self.process_group,
+                              self.timeout, "gradcomp ddp_hook", buffer.device)
             self._checked = True
         compressed_elements = 0
         if step < self.start_iter or ex.world == 1:
@@ -323,7 +323,7 @@ class DDPState:
             self._reduce_parts(layout, x, parts, step, stats)
         if x is not buffer:
             buffer.copy_(x)  # rounded once, after the fp32 mean
-        self._account(step, last, buffer.numel(), compressed_elements, stats)
+        self._account(step, last, buffer.numel(), compressed_elements, stats, buffer.element_size())
         return buffer
 
     def _reduce_parts(self, layout: Layout, x: torch.Tensor, parts: list[Part], step: int,
@@ -381,26 +381,30 @@ class DDPState:
             if self.algorithm == "reduce-scatter":
                 self.server_residuals.commit(layout)
 
-    def _account(self, step: int, last: bool, elements: int, compressed_elements: int, stats: ExchangeStats) -> None:
+    def _account(self, step: int, last: bool, elements: int, compressed_elements: int, stats: ExchangeStats,
+                 element_size: int) -> None:
         p = self._pending_stats
         if p.get("step") != step:
             p.clear()
-            p.update(step=step, buckets=0, elements=0, compressed_elements=0, stats=ExchangeStats(),
+            p.update(step=step, buckets=0, elements=0, bucket_bytes=0, compressed_elements=0, stats=ExchangeStats(),
                      started=time.perf_counter(), traffic=[])
         p["traffic"].append(cost_model.BucketTraffic(elements, compressed_elements))
         p["buckets"] += 1
         p["elements"] += elements
+        p["bucket_bytes"] += elements * element_size  # a bf16 / fp16 model's buckets: DDP's own sends those
         p["compressed_elements"] += compressed_elements
         p["stats"].add(stats)
         if last:
             s: ExchangeStats = p["stats"]
             world = dist.get_world_size(self.process_group)
             fp32_ring = 2 * (world - 1) * p["elements"] * 4 // max(world, 1)
+            own_ring = 2 * (world - 1) * p["bucket_bytes"] // max(world, 1)
             self.last_stats = {
                 "step": step, "buckets": p["buckets"], "elements": p["elements"],
                 "compressed_elements": p["compressed_elements"], "bytes_sent": s.bytes_sent,
-                "fp32_allreduce_bytes": fp32_ring,
-                "compression_ratio": fp32_ring / s.bytes_sent if s.bytes_sent else 1.0,
+                "fp32_allreduce_bytes": fp32_ring, "ddp_allreduce_bytes": own_ring,
+                # against DDP's own ring all-reduce of the buckets as they are (bf16 buckets: half fp32's)
+                "compression_ratio": own_ring / s.bytes_sent if s.bytes_sent else 1.0,
                 "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
                 "skipped": s.skipped, "saturated": s.saturated, "resets": s.resets,
             }

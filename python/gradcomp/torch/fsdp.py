@@ -19,7 +19,7 @@ FSDP hands the reduce-scatter one flat buffer: every parameter's gradient cut in
 along dim 0, chunk r of every parameter back to back for rank r. Each rank encodes the chunk of every
 destination (error feedback at the source), an all_to_all_single delivers them, and each rank decodes and
 sums its chunk in fp32 and divides by the group's size. gradcomp owns the scaling: compress_fsdp sets
-FSDP's gradient divide factor to 1 (HSDP: the number of replicas, which FSDP divides by after its
+FSDP's gradient divide factor to 1 (HSDP: the number of replicas, which FSDP divides by around its
 all-reduce across them) and forces sum reductions, so FSDP divides by nothing else.
 Residuals are kept per module and converted to {parameter name: residual} for checkpoints.
 
@@ -300,31 +300,37 @@ class CompressedReduceScatter:
         self.shared.load_named(sd.get("shared", {}))
 
 
-def _replicas(module: torch.nn.Module) -> tuple[int, int]:
-    """(ranks a parameter is sharded over, replicas of each shard) of an FSDP module's mesh, read from its
-    parameters' DTensor placements (public API): a 1-D mesh is (W, 1); HSDP's (replicate, shard) mesh (W, R).
-    A module without parameters of its own is (0, 1): FSDP never calls its reduce-scatter."""
-    for p in module.parameters():
-        mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", None)
-        if mesh is None or placements is None:
-            continue
-        shard, replicate = 1, 1
-        for dim, placement in enumerate(placements):
-            if placement.is_replicate():
-                replicate *= mesh.size(dim)
-            elif placement.is_shard():
-                shard *= mesh.size(dim)
-        return shard, replicate
-    return 0, 1
+def _replicas(module: torch.nn.Module, fqn: str) -> tuple[int, int]:
+    """(ranks FSDP reduce-scatters over, replicas it then all-reduces over) for the module's own parameter
+    group: a 1-D mesh is (W, 1), HSDP's (W, R); a module without parameters of its own (0, 1).
+
+    Read from FSDP's mesh info (private, feature-detected), which names the data-parallel dimensions
+    only: a tensor-parallel dimension is neither. Where it cannot be read, the parameters' DTensor meshes
+    decide only when every one is 1-D (one data-parallel dimension, nothing to all-reduce after); a
+    wider mesh is refused rather than guessed."""
+    try:
+        groups = module._get_fsdp_state()._fsdp_param_groups  # noqa: SLF001
+        infos = [g.mesh_info for g in groups]
+    except AttributeError:
+        meshes = [getattr(p, "device_mesh", None) for p in module.parameters()]
+        if all(m is not None and m.ndim == 1 for m in meshes):
+            return (meshes[0].size() if meshes else 0), 1
+        raise _C.BackendUnavailable(f"gradcomp.torch.compress_fsdp: this torch ({torch.__version__}) does not "
+                                    f"show module {fqn or '(root)'}'s FSDP mesh, and its parameters' meshes are "
+                                    f"not all 1-D: the replicas FSDP all-reduces over cannot be told") from None
+    if not infos:
+        return 0, 1
+    return getattr(infos[0], "shard_mesh_size", 1), getattr(infos[0], "replicate_mesh_size", 1)
 
 
 def compress_fsdp(model: torch.nn.Module, **kwargs) -> dict[str, CompressedReduceScatter]:
     """Installs a CompressedReduceScatter on every FSDPModule in model; returns them by module name.
 
     HSDP (a 2-D mesh, replicate x shard): the reduce-scatter within each shard group is gradcomp's and
-    returns that group's mean; FSDP then all-reduces (sums, fp32) across the R replicas and divides by R,
-    its gradient divide factor, so the result is the mean over every rank. A mesh whose shard dimension is
-    one rank is refused: FSDP calls no reduce-scatter there (use the DDP hook).
+    returns that group's mean; FSDP then all-reduces (sums, in its reduce dtype, uncompressed) across the R
+    replicas and divides by R, its gradient divide factor, so the result is the mean over every rank. A
+    tensor-parallel mesh dimension is not a replica (FSDP's mesh info names the data-parallel ones). A
+    mesh whose shard dimension is one rank is refused: FSDP calls no reduce-scatter there (use the DDP hook).
 
     Raises BackendUnavailable when this torch has no FSDP2 custom reduce-scatter (torch < 2.9)."""
     try:
@@ -338,15 +344,17 @@ def compress_fsdp(model: torch.nn.Module, **kwargs) -> dict[str, CompressedReduc
         if not hasattr(m, "set_custom_reduce_scatter"):
             raise _C.BackendUnavailable(f"gradcomp.torch.compress_fsdp: torch {torch.__version__} has no "
                                         f"FSDPModule.set_custom_reduce_scatter (it came in torch 2.9)")
-        shard, replicas = _replicas(m)
+        shard, replicas = _replicas(m, fqn)
         if shard == 1 and replicas > 1:
             raise _C.InvalidArgument(f"gradcomp.torch.compress_fsdp: module {fqn or '(root)'} is replicated over "
                                      f"{replicas} ranks and sharded over 1: FSDP calls no reduce-scatter there, so "
                                      f"nothing would be compressed (shard over more ranks, or use the DDP hook)")
         rs = CompressedReduceScatter(m, fqn=fqn, **kwargs)
         m.set_custom_reduce_scatter(rs)
-        # gradcomp's reduce-scatter returns its shard group's mean; with force_sum FSDP divides by this
-        # factor after its all-reduce across the replicas (HSDP), never before (it would scale the input).
+        # gradcomp's reduce-scatter returns its shard group's mean; with sums forced FSDP divides by this
+        # factor: after its all-reduce across the replicas (HSDP), and with an fp16 reduce dtype partly
+        # before the reduce-scatter (about sqrt(R), against overflow: the input is then scaled down, and
+        # so is the error-feedback state kept from it).
         m.set_gradient_divide_factor(float(replicas))
         m.set_force_sum_reduction_for_comms(True)
         installed[fqn] = rs
