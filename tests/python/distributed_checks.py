@@ -750,7 +750,7 @@ def fsdp2_ranks_that_disagree_fail_on_every_rank_and_start_iter_is_exact(rank, g
            f"against {fresh.last_stats['bytes_sent']} bytes)")
     rejected(lambda: rs_of(start_iter=-1), "start_iter must be an integer >= 0", "FSDP start_iter=-1")
     # float64 gradients on every rank: past the agreement, refused by name on every rank
-    rejected(lambda: rs_of()(torch.empty(chunk, dtype=torch.float64), g.double(), group), "a gradient of torch.float64",
+    rejected(lambda: rs_of()(torch.empty(chunk, dtype=torch.float64), g.double(), group), "the gradient (torch.float64)",
              "an FSDP float64 gradient")
 
 

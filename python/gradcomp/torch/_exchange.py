@@ -25,7 +25,7 @@ import datetime
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -55,6 +55,20 @@ class Part(NamedTuple):
 # Gradient dtypes the integrations reduce: fp32 as it is, bf16 / fp16 widened to fp32 (encoded, summed and
 # error-fed back there) and rounded back once. float64 would lose precision through the fp32 codecs.
 REDUCED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_reduced_dtypes(named: Iterable[tuple[str, torch.dtype]], where: str) -> None:
+    """InvalidArgument naming the first tensors whose dtype is not one of REDUCED_DTYPES."""
+    wide = [f"{name} ({dtype})" for name, dtype in named if dtype not in REDUCED_DTYPES]
+    if wide:
+        raise _C.InvalidArgument(f"{where}: the codecs take fp32, and bf16 / fp16 gradients are reduced in fp32 "
+                                 f"(float64 would lose precision); not so: {', '.join(wide[:4])}"
+                                 f"{' and more' if len(wide) > 4 else ''}")
+
+
+def widened(t: torch.Tensor) -> torch.Tensor:
+    """t itself when fp32, else an fp32 copy (a bf16 / fp16 gradient, reduced in fp32, then written back)."""
+    return t if t.dtype == torch.float32 else t.float()
 
 
 def segment_id(tensor_id: int, segment: int) -> int:

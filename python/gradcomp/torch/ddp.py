@@ -27,8 +27,8 @@ from .._codec import Codec
 from .. import cost_model
 from ..diagnose import codec_bound, diagnose
 from ._agreement import check_ranks_agree
-from ._exchange import (REDUCED_DTYPES, STATUS_OK, Exchange, ExchangeStats, Part, Status, raise_status,
-                        warn_if_not_contractive)
+from ._exchange import (STATUS_OK, Exchange, ExchangeStats, Part, Status, check_reduced_dtypes, raise_status,
+                        warn_if_not_contractive, widened)
 from ._layout import Layout, Piece, ResidualStore
 from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
                       ef21_add_shared_estimate, ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
@@ -152,12 +152,7 @@ class DDPState:
         """Binds the model whose parameters the buckets hold (after torch.load, on a new DDP instance)."""
         inner = getattr(module, "module", module) if isinstance(module, torch.nn.parallel.DistributedDataParallel) \
             else module
-        wide = [f"{n} ({p.dtype})" for n, p in inner.named_parameters()
-                if p.requires_grad and p.dtype not in REDUCED_DTYPES]
-        if wide:
-            raise _C.InvalidArgument(f"DDPState: the codecs take fp32, and bf16 / fp16 gradients are reduced in "
-                                     f"fp32; these parameters are neither: {', '.join(wide[:4])}"
-                                     f"{' and more' if len(wide) > 4 else ''}")
+        check_reduced_dtypes(((n, p.dtype) for n, p in inner.named_parameters() if p.requires_grad), "DDPState")
         self._names = {p.data_ptr(): n for n, p in inner.named_parameters()}
         self._layouts = {}
         if process_group is not None:
@@ -295,11 +290,8 @@ class DDPState:
         ex = self._exchange
         assert ex is not None
         stats = ExchangeStats()
-        if buffer.dtype not in REDUCED_DTYPES:
-            raise _C.InvalidArgument(f"gradcomp ddp_hook: a bucket of {buffer.dtype}: the codecs take fp32, and "
-                                     f"bf16 / fp16 buckets are reduced in fp32 (a float64 model would lose precision)")
-        # A bf16 / fp16 model's bucket: encoded, summed and error-fed back in fp32, rounded back once
-        x = buffer if buffer.dtype == torch.float32 else buffer.float()
+        check_reduced_dtypes([("the bucket", buffer.dtype)], "gradcomp ddp_hook")
+        x = widened(buffer)  # a bf16 / fp16 bucket: encoded, summed and error-fed back in fp32
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would size their messages apart
             check_ranks_agree({**self.config(), "iter": step, "dtype": str(buffer.dtype)}, self.process_group,

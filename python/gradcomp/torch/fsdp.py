@@ -51,8 +51,8 @@ import torch.distributed as dist
 from .. import _C
 from .._codec import Codec
 from ._agreement import check_ranks_agree
-from ._exchange import (REDUCED_DTYPES, STATUS_OK, Exchange, ExchangeStats, Part, _align16, raise_status,
-                        warn_if_not_contractive)
+from ._exchange import (STATUS_OK, Exchange, ExchangeStats, Part, _align16, check_reduced_dtypes, raise_status,
+                        warn_if_not_contractive, widened)
 from ._layout import Layout, Piece, ResidualStore
 from ._policy import (check_policy_fits, dgc_masking, dgc_momentum, ef21_add_shared_estimate, ef21_estimates_after,
                       ef21_sgdm_momentum, parse_error_feedback)
@@ -141,7 +141,7 @@ class CompressedReduceScatter:
         ex = self._exchange
         policy = self._parsed
         W = ex.world
-        x = input_tensor if input_tensor.dtype == torch.float32 else input_tensor.float()
+        x = widened(input_tensor)
         n = x.numel()
         chunk = n // W
         layout = _fsdp_layout(self.module, n, W, self.fqn)
@@ -154,9 +154,7 @@ class CompressedReduceScatter:
             self._checked_group = group
         if n % W:
             raise _C.InvalidArgument(f"CompressedReduceScatter: input of {n} elements does not split into {W} chunks")
-        if input_tensor.dtype not in REDUCED_DTYPES:
-            raise _C.InvalidArgument(f"CompressedReduceScatter: a gradient of {input_tensor.dtype}: the codecs take "
-                                     f"fp32, and bf16 / fp16 are reduced in fp32 (float64 would lose precision)")
+        check_reduced_dtypes([("the gradient", input_tensor.dtype)], "CompressedReduceScatter")
         if self.step < self.start_iter or W == 1:
             self._exact(output_tensor, x, group, ex, chunk)
             return None

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ._agreement import check_ranks_agree
-from ._exchange import REDUCED_DTYPES
+from ._exchange import check_reduced_dtypes, widened
 from .ddp import _value_or_raise
 
 _FORMAT = "gradcomp.powersgd_state/1"
@@ -92,11 +92,7 @@ class PowerSGDState:
     def attach(self, module: torch.nn.Module) -> "PowerSGDState":
         inner = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
         named = list(inner.named_parameters())
-        wide = [f"{n} ({p.dtype})" for n, p in named if p.requires_grad and p.dtype not in REDUCED_DTYPES]
-        if wide:
-            raise _C.InvalidArgument(f"PowerSGDState: the factors are fp32, and bf16 / fp16 gradients are reduced "
-                                     f"in fp32; these parameters are neither: {', '.join(wide[:4])}"
-                                     f"{' and more' if len(wide) > 4 else ''}")
+        check_reduced_dtypes(((n, p.dtype) for n, p in named if p.requires_grad), "PowerSGDState")
         self._names = {p.data_ptr(): n for n, p in named}
         self._ids = {n: i for i, (n, _) in enumerate(named)}  # the parameter's index keys its initial Q
         return self
@@ -135,9 +131,7 @@ class PowerSGDState:
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         group, world = self.process_group, dist.get_world_size(self.process_group)
         buffer = bucket.buffer()
-        if buffer.dtype not in REDUCED_DTYPES:
-            raise _C.InvalidArgument(f"gradcomp powersgd_hook: a bucket of {buffer.dtype}: the factors are fp32, and "
-                                     f"bf16 / fp16 gradients are reduced in fp32 (float64 would lose precision)")
+        check_reduced_dtypes([("the bucket", buffer.dtype)], "gradcomp powersgd_hook")
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would exchange P on one, fp32 on another
             check_ranks_agree({**self.config(), "iter": self.iter}, group, self.timeout, "gradcomp powersgd_hook",
@@ -147,7 +141,7 @@ class PowerSGDState:
         if bucket.is_last():
             self.iter += 1
         if step < self.start_iter:
-            x = buffer if buffer.dtype == torch.float32 else buffer.float()  # a bf16 / fp16 model's: in fp32
+            x = widened(buffer)
             dist.all_reduce(x, group=group)
             x.div_(world)
             if x is not buffer:
