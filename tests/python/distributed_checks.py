@@ -6,11 +6,13 @@ test. Each check gets a fresh subgroup, so one check's failure cannot leave the 
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import gc
 import io
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -1289,11 +1291,17 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[
     results = {}
     for name in names:
         group = dist.new_group(list(range(world)))
+        # An intermittent hang (CI, 2 of ~6 runs; never here): one rank stays inside a check while the
+        # others time out at the barrier below after 120 s. Each rank names the check it starts, and one
+        # still inside a check after 100 s prints every thread's stack: both reach pytest's captured stderr.
+        print(f"distributed_checks: rank {rank} of {world} starts {name}", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback_later(100, exit=False)
         try:
             CHECKS[name][0](rank, group)
             results[name] = None
         except BaseException as e:  # noqa: BLE001 -- reported to pytest
             results[name] = f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+        faulthandler.cancel_dump_traceback_later()
         # The check's DDP and FSDP models sit in reference cycles (DDP's reducer hooks; a reduce-scatter
         # holding its module): freed only by the collector. Alive at interpreter exit, their teardown
         # races gloo's threads and aborts the process now and then ("terminate called without an active
