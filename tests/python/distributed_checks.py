@@ -1266,15 +1266,35 @@ def zz_a_rank_that_never_comes_is_a_timeout_within_the_deadline(rank, group):
     ddp, state = hooked(group, "int8", "ef", timeout=datetime.timedelta(seconds=3))
     if rank == 1:
         return
-    import time as _time
-    t0 = _time.monotonic()
+    t0 = time.monotonic()
     try:
         train(ddp, batches(rank, 1))
         raise Failed("training went on without rank 1")
     except RuntimeError as e:
-        elapsed = _time.monotonic() - t0
-        expect("TimeoutError" in str(e) and "3 s" in str(e), f"not gradcomp's timeout: {e}")
-        expect(elapsed < 60, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
+        elapsed = time.monotonic() - t0
+        expect("TimeoutError" in str(e) and "deadline: 3 s" in str(e), f"not gradcomp's timeout: {e}")
+        expect(elapsed < 30, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
+
+
+@check(2)
+def zz_a_rank_that_stops_coming_is_a_powersgd_timeout_within_the_deadline(rank, group):
+    # Both ranks pass the configuration check and take a step; in the next, rank 1 runs the forward
+    # (DDP's own collectives: its bucket rebuild) but no backward. Rank 0's backward waits in
+    # PowerSGD's all-reduces, which must give up after the hook's deadline.
+    ddp, state = powersgd_hooked(group, rank=2, timeout=datetime.timedelta(seconds=3))
+    train(ddp, batches(rank, 1))
+    if rank == 1:
+        ddp(batches(rank, 1, seed=8)[0][0])
+        return
+    t0 = time.monotonic()
+    try:
+        train(ddp, batches(rank, 1, seed=8))
+        raise Failed("training went on without rank 1")
+    except RuntimeError as e:
+        elapsed = time.monotonic() - t0
+        expect("TimeoutError" in str(e) and "powersgd_hook" in str(e) and "deadline: 3 s" in str(e),
+               f"not gradcomp's timeout: {e}")
+        expect(elapsed < 30, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
 
 
 # --- the spawn ---------------------------------------------------------------------------------------
@@ -1284,16 +1304,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Every wait inside a check gives up after this long (a rank that left a check early, failing, must not
+# leave the others in a collective until the barrier's deadline ends the whole spawn); the barrier
+# between checks waits twice as long, so a rank that timed out still reaches it and reports.
+CHECK_TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def _write_results(out_dir: str, rank: int, results: dict) -> None:
+    """After every check (atomically): a spawn that dies later still reports the checks before."""
+    path = os.path.join(out_dir, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f)
+    os.replace(path + ".tmp", path)
+
+
 def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[str]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+                            timeout=2 * CHECK_TIMEOUT)
     results = {}
     for name in names:
-        group = dist.new_group(list(range(world)))
-        # An intermittent hang (CI, 2 of ~6 runs; never here): one rank stays inside a check while the
-        # others time out at the barrier below after 120 s. Each rank names the check it starts, and one
-        # still inside a check after 100 s prints every thread's stack: both reach pytest's captured stderr.
+        group = dist.new_group(list(range(world)), timeout=CHECK_TIMEOUT)
+        # Each rank names the check it starts, and one still inside a check after 100 s prints every
+        # thread's stack (faulthandler): both reach pytest's captured stderr if a check ever hangs.
         print(f"distributed_checks: rank {rank} of {world} starts {name}", file=sys.stderr, flush=True)
         faulthandler.dump_traceback_later(100, exit=False)
         try:
@@ -1301,22 +1334,41 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[
             results[name] = None
         except BaseException as e:  # noqa: BLE001 -- reported to pytest
             results[name] = f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+            print(f"distributed_checks: rank {rank} of {world} failed {name}: {results[name]}", file=sys.stderr,
+                  flush=True)
         faulthandler.cancel_dump_traceback_later()
+        _write_results(out_dir, rank, results)
         # The check's DDP and FSDP models sit in reference cycles (DDP's reducer hooks; a reduce-scatter
         # holding its module): freed only by the collector. Alive at interpreter exit, their teardown
         # races gloo's threads and aborts the process now and then ("terminate called without an active
         # exception"), failing the spawn after every check has passed.
         gc.collect()
         dist.barrier()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
     dist.destroy_process_group()
 
 
+SPAWN = "the_spawn_ends_cleanly"
+
+
 def run_checks(world: int) -> dict[str, list[str]]:
-    """{check name: failures (one string per failing rank; empty when it passed)}."""
+    """{check name: failures (one string per failing rank; empty when it passed)}, and under SPAWN the
+    spawn's own error, if any. A spawn that dies (a rank crashed, or timed out at the barrier) fails the
+    checks some rank did not report on, with the spawn's error, and only those."""
     names = [n for n, (_, worlds) in CHECKS.items() if world in worlds]
+    spawn_error = None
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_rank_main, args=(world, os.path.join(tmp, "init"), tmp, names), nprocs=world, join=True)
-        per_rank = [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
-    return {n: [r[n] for r in per_rank if r.get(n)] for n in names}
+        try:
+            mp.spawn(_rank_main, args=(world, os.path.join(tmp, "init"), tmp, names), nprocs=world, join=True)
+        except Exception as e:  # noqa: BLE001 -- becomes the failure of the checks left unreported
+            spawn_error = f"{type(e).__name__}: {e}"
+        per_rank = []
+        for r in range(world):
+            path = os.path.join(tmp, f"rank{r}.json")
+            per_rank.append(json.load(open(path)) if os.path.exists(path) else {})
+    failures = {n: [res[n] for res in per_rank if res.get(n)]
+                + [f"rank {r}: no result: the spawn of {world} ranks ended first ({spawn_error})"
+                   for r, res in enumerate(per_rank) if n not in res]
+                for n in names}
+    # A spawn that failed after every check reported (a rank aborting at exit) is a failure of its own.
+    failures[SPAWN] = [spawn_error] if spawn_error else []
+    return failures

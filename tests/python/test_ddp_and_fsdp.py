@@ -15,3 +15,10 @@ def results():
 def test_distributed(results, world, name):
     failures = results[world][name]
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("world", (1, 2, 4))
+def test_the_spawn_ends_cleanly(results, world):
+    # every rank exits 0 (no abort at teardown, no timeout at a barrier between checks)
+    failures = results[world][dc.SPAWN]
+    assert not failures, "\n".join(failures)

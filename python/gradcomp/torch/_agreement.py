@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _C
+from ._deadline import wait_within
 
 DESCRIPTOR_BYTES = 1024
 
@@ -27,11 +28,8 @@ def check_ranks_agree(config: dict, group, timeout: datetime.timedelta, what: st
     mine = mine.to(device)
     everyone = torch.empty(world * DESCRIPTOR_BYTES, dtype=torch.uint8, device=device)
     work = dist.all_gather_into_tensor(everyone, mine, group=group, async_op=True)
-    try:
-        work.wait(timeout)
-    except RuntimeError as e:
-        raise _C.TimeoutError(f"{what}: the configuration check did not complete within "
-                              f"{timeout.total_seconds():.0f} s: a rank did not start ({e})") from e
+    wait_within(work, timeout, f"{what}: the configuration check did not complete (a rank did not start)",
+                f"{what}: the configuration check failed")
     rows = everyone.view(world, DESCRIPTOR_BYTES).cpu().numpy()
     configs = [json.loads(bytes(r).rstrip(b"\0") or b"{}") for r in rows]
     reference = configs[0]

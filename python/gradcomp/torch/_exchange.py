@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from .. import _C
 from .._codec import Codec
+from ._deadline import wait_within
 
 HEADER_BYTES = 32
 _MAGIC = 0x31484347  # "GCH1"
@@ -144,13 +145,8 @@ class Exchange:
     # --- plumbing ------------------------------------------------------------------------------------
     def wait_for(self, work, what: str, stats: ExchangeStats) -> None:
         t0 = time.perf_counter()
-        try:
-            work.wait(self.timeout)
-        except RuntimeError as e:
-            if "imed out" in str(e) or "timeout" in str(e).lower():
-                raise _C.TimeoutError(f"gradcomp {what}: rank {self.rank} waited more than "
-                                      f"{self.timeout.total_seconds():.0f} s for its peers ({e})") from e
-            raise _C.PeerFailure(f"gradcomp {what}: the collective failed on rank {self.rank}: {e}") from e
+        wait_within(work, self.timeout, f"gradcomp {what}: rank {self.rank} waited for its peers",
+                    f"gradcomp {what}: the collective failed on rank {self.rank}")
         stats.comm_seconds += time.perf_counter() - t0
 
     def write_header(self, slot: torch.Tensor, status: Status, step: int, layout: int, value: int) -> None:

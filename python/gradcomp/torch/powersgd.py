@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ._agreement import check_ranks_agree
+from ._deadline import wait_within
 from ._exchange import check_reduced_dtypes, widened
 from .ddp import _value_or_raise
 
@@ -60,7 +61,7 @@ class PowerSGDState:
     error_feedback  "ef" (the residual M - P Q^T is added to the next gradient) or "none"
     seed            the initial Q's seed (shared by all ranks)
     process_group   the group to reduce over (default: the default group)
-    timeout         the deadline of the configuration check
+    timeout         the deadline of every wait on a collective
     """
 
     def __init__(self, module: Optional[torch.nn.Module], *, rank: int = 1, start_iter: int = 0,
@@ -128,6 +129,11 @@ class PowerSGDState:
         _C.powersgd_initial_q(self.seed, self._ids[name], cols, r, q)
         return torch.from_numpy(q).view(cols, r).to(device)
 
+    def _all_reduce(self, x: torch.Tensor, what: str) -> None:
+        work = dist.all_reduce(x, group=self.process_group, async_op=True)
+        wait_within(work, self.timeout, f"gradcomp powersgd_hook: {what} waited for the peers",
+                    f"gradcomp powersgd_hook: {what} failed")
+
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         group, world = self.process_group, dist.get_world_size(self.process_group)
         buffer = bucket.buffer()
@@ -142,7 +148,7 @@ class PowerSGDState:
             self.iter += 1
         if step < self.start_iter:
             x = widened(buffer)
-            dist.all_reduce(x, group=group)
+            self._all_reduce(x, "the exact all-reduce")
             x.div_(world)
             if x is not buffer:
                 buffer.copy_(x)
@@ -163,7 +169,7 @@ class PowerSGDState:
                 exact.append(grad)
         if exact:
             flat = torch.cat([g.reshape(-1) for g in exact]).float()
-            dist.all_reduce(flat, group=group)
+            self._all_reduce(flat, "the all-reduce of the uncompressed parameters")
             flat.div_(world)
             at = 0
             for g in exact:
@@ -184,14 +190,14 @@ class PowerSGDState:
                 qs.append(q)
                 ps.append(m @ q)
             p_all = torch.cat([p.reshape(-1) for p in ps])
-            dist.all_reduce(p_all, group=group)
+            self._all_reduce(p_all, "the all-reduce of P")
             at = 0
             for i, p in enumerate(ps):
                 ps[i] = p_all[at:at + p.numel()].view_as(p)
                 at += p.numel()
                 _orthogonalize(ps[i], self.epsilon)
             q_all = torch.cat([(m.T @ p).reshape(-1) for m, p in zip(ms, ps)])
-            dist.all_reduce(q_all, group=group)
+            self._all_reduce(q_all, "the all-reduce of Q")
             q_all.div_(world)
             at = 0
             for (name, grad, rows, cols, r), m, p in zip(parts, ms, ps):
