@@ -1,10 +1,13 @@
 """Checks that need a process group, run in spawned gloo ranks: `run_checks(world)` spawns `world`
 processes once, each runs every check registered for that world size, and the results (one entry per
 check: passed, or the failure on each rank) come back to pytest, which reports each check as its own
-test. Each check gets a fresh subgroup, so one check's failure cannot leave the next one a broken group."""
+test. Each check gets a fresh subgroup, so one check's failure does not leave the next one a broken group
+(one exception seen: after an FSDP check failed on one rank, the next FSDP check's full_tensor() reached
+the broken group, as if DTensor cached it by the mesh's ranks; docs/notes.md, twenty-third part)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import gc
@@ -762,8 +765,8 @@ def one_rank_reduces_exactly_and_keeps_no_state(rank, group):
     # the results must be FSDP's own either way), and called, the reduce-scatter returns its input, as
     # the hook all-reduces exactly there, with no state kept; a policy whose momentum is sent warns once.
     data = batches(rank, 2)
-    ref = fsdp_grads(fsdp_net(), data)
-    net = fsdp_net()
+    ref = fsdp_grads(fsdp_net(group), data)
+    net = fsdp_net(group)
     comms = gt.compress_fsdp(net, codec="sign", error_feedback="ef", min_numel=0)
     got = fsdp_grads(net, data)
     expect(all(torch.equal(a, b) for a, b in zip(ref, got)), "FSDP at one rank is not FSDP's own result")
@@ -916,13 +919,20 @@ def the_hook_state_pickles_with_torch_save(rank, group):
         restored.close()
 
 
-def fsdp_net():
-    """make_net with FSDP2 on each layer and the root (the default mesh: the default group)."""
+def mesh_of(group):
+    """A 1-D mesh over the check's own group (FSDP's default mesh would be the default group, which a
+    failed check could leave with an unanswered collective for the next one)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    return DeviceMesh.from_group(group, "cpu")
+
+
+def fsdp_net(group):
+    """make_net with FSDP2 on each layer and the root, over the check's group."""
     from torch.distributed.fsdp import fully_shard
-    net = make_net()
+    net, mesh = make_net(), mesh_of(group)
     for m in (net.fc1, net.fc2, net.head):
-        fully_shard(m, mesh=None)
-    fully_shard(net)
+        fully_shard(m, mesh=mesh)
+    fully_shard(net, mesh=mesh)
     return net
 
 
@@ -945,14 +955,14 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
     def grads_of(net):
         return fsdp_grads(net, data)
 
-    ref = grads_of(fsdp_net())
-    net = fsdp_net()
+    ref = grads_of(fsdp_net(group))
+    net = fsdp_net(group)
     comms = gt.compress_fsdp(net, codec="none", error_feedback="none")
     got = grads_of(net)
     expect(len(comms) == 4, f"{len(comms)} FSDP modules got the reduce-scatter")
     for step, (a, b) in enumerate(zip(ref, got)):
         expect(torch.equal(a, b), f"none: step {step} max |diff| {float((a - b).abs().max())}")
-    net = fsdp_net()
+    net = fsdp_net(group)
     comms = gt.compress_fsdp(net, codec="int8", error_feedback="ef")
     got = grads_of(net)
     for step, (a, b) in enumerate(zip(ref, got)):
@@ -967,7 +977,7 @@ def fsdp2_custom_reduce_scatter_matches_fsdp_and_bounds_int8(rank, group):
     # each value (1 / (1 + omega)) on the first step.
     first = {}
     for ef in ("ef", "ef:scale=auto"):
-        net = fsdp_net()
+        net = fsdp_net(group)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             gt.compress_fsdp(net, codec="qsgd", error_feedback=ef, min_numel=100)
@@ -993,8 +1003,8 @@ def fsdp2_under_mixed_precision_reduces_in_fp32_and_returns_the_reduce_dtype(ran
         def net_of():
             net = make_net()
             for m in (net.fc1, net.fc2, net.head):
-                fully_shard(m, mesh=None, mp_policy=policy)
-            fully_shard(net, mp_policy=policy)
+                fully_shard(m, mesh=mesh_of(group), mp_policy=policy)
+            fully_shard(net, mesh=mesh_of(group), mp_policy=policy)
             return net
 
         ref = fsdp_grads(net_of(), data)
@@ -1110,13 +1120,13 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
     # Parameters below min_numel=100 (the biases) are exact throughout.
     W = dist.get_world_size(group)
     data = batches(rank, 6)
-    exact = fsdp_grads(fsdp_net(), data, lr=0.0)
+    exact = fsdp_grads(fsdp_net(group), data, lr=0.0)
     named = list(make_net().named_parameters())
     sizes = [p.numel() for _, p in named]
     compressed = [p.numel() >= 100 for _, p in named]
 
     def run(codec, ef, steps=data, nets=None, **kw):
-        net = fsdp_net() if nets is None else nets
+        net = fsdp_net(group) if nets is None else nets
         comms = gt.compress_fsdp(net, codec=codec, error_feedback=ef, min_numel=100, **kw) if nets is None else None
         return fsdp_grads(net, steps, lr=0.0), comms, net
 
@@ -1186,7 +1196,7 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
         whole, whole_comms, _ = run(codec, ef, data[:4])
         first_half, comms, _ = run(codec, ef, data[:2])
         saved = {fqn: torch.load(_saved(rs.state_dict()), weights_only=False) for fqn, rs in comms.items()}
-        net = fsdp_net()
+        net = fsdp_net(group)
         again = gt.compress_fsdp(net, codec=codec, error_feedback=ef, min_numel=100)
         for fqn, rs in again.items():
             rs.load_state_dict(saved[fqn])
@@ -1200,16 +1210,16 @@ def fsdp2_runs_ef21_ef21_sgdm_and_dgc_as_the_hook_does(rank, group):
                        all(torch.equal(mine[key][n], want[key][n]) for n in want[key]),
                        f"FSDP {codec} {ef}: the {key} of {fqn or 'the root'} saved after the resume differ")
         legacy = {k: v for k, v in saved[""].items() if k != "error_feedback"}  # as saved before this check came
-        rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback=ef)[""].load_state_dict(legacy),
+        rejected(lambda: gt.compress_fsdp(fsdp_net(group), codec=codec, error_feedback=ef)[""].load_state_dict(legacy),
                  "a state saved before ef21, ef21-sgdm and dgc came to FSDP", f"an old FSDP state loaded into {ef}")
-        rejected(lambda: gt.compress_fsdp(fsdp_net(), codec=codec, error_feedback="ef")[""].load_state_dict(saved[""]),
+        rejected(lambda: gt.compress_fsdp(fsdp_net(group), codec=codec, error_feedback="ef")[""].load_state_dict(saved[""]),
                  f"saved with error_feedback {saved[''].get('error_feedback')!r}, this reduce-scatter runs 'ef'",
                  f"an FSDP state of {ef} loaded into ef")
-    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="topk:ratio=0.05", error_feedback=spec, nonfinite="skip"),
+    rejected(lambda: gt.compress_fsdp(fsdp_net(group), codec="topk:ratio=0.05", error_feedback=spec, nonfinite="skip"),
              "nonfinite='skip' is not supported", "FSDP dgc with nonfinite='skip'")
-    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8:rotate=hadamard", error_feedback=spec), "rotated codec",
+    rejected(lambda: gt.compress_fsdp(fsdp_net(group), codec="int8:rotate=hadamard", error_feedback=spec), "rotated codec",
              "FSDP dgc with a rotated codec")
-    rejected(lambda: gt.compress_fsdp(fsdp_net(), codec="int8", error_feedback="dgc:clip=-1"), "clip must be",
+    rejected(lambda: gt.compress_fsdp(fsdp_net(group), codec="int8", error_feedback="dgc:clip=-1"), "clip must be",
              "FSDP dgc:clip=-1")
 
     # A state grown to FLT_MAX, then a large finite gradient: dgc's momentum restarts from the gradient
@@ -1276,25 +1286,64 @@ def zz_a_rank_that_never_comes_is_a_timeout_within_the_deadline(rank, group):
         expect(elapsed < 30, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
 
 
-@check(2)
-def zz_a_rank_that_stops_coming_is_a_powersgd_timeout_within_the_deadline(rank, group):
-    # Both ranks pass the configuration check and take a step; in the next, rank 1 runs the forward
-    # (DDP's own collectives: its bucket rebuild) but no backward. Rank 0's backward waits in
-    # PowerSGD's all-reduces, which must give up after the hook's deadline.
-    ddp, state = powersgd_hooked(group, rank=2, timeout=datetime.timedelta(seconds=3))
+@contextlib.contextmanager
+def timeouts_counted():
+    """Counts the hooks' waits that end in gradcomp's TimeoutError (each module that waits on a
+    collective imports wait_within; the DDP hook's worker thread sees the patch too)."""
+    from gradcomp.torch import _agreement, _deadline, _exchange, powersgd
+    modules, original, count = (_agreement, _exchange, powersgd), _deadline.wait_within, [0]
+
+    def counted(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except gradcomp.TimeoutError:
+            count[0] += 1
+            raise
+
+    for m in modules:
+        m.wait_within = counted
+    try:
+        yield count
+    finally:
+        for m in modules:
+            m.wait_within = original
+
+
+def _rank_1_stops_after_a_step(rank, ddp, state, where: str) -> None:
+    """Both ranks take a step (the configuration check passes; DDP rebuilds its buckets: five with
+    bucket_cap_mb=0.0001); in the next, rank 1 runs the forward (DDP's own collectives) but no backward.
+    Rank 0's backward must raise gradcomp's TimeoutError after one deadline of 3 s: the step's later
+    buckets fail at once, naming the first one's error, instead of each waiting out the deadline."""
     train(ddp, batches(rank, 1))
     if rank == 1:
         ddp(batches(rank, 1, seed=8)[0][0])
         return
     t0 = time.monotonic()
-    try:
-        train(ddp, batches(rank, 1, seed=8))
-        raise Failed("training went on without rank 1")
-    except RuntimeError as e:
-        elapsed = time.monotonic() - t0
-        expect("TimeoutError" in str(e) and "powersgd_hook" in str(e) and "deadline: 3 s" in str(e),
-               f"not gradcomp's timeout: {e}")
-        expect(elapsed < 30, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
+    with timeouts_counted() as timeouts:
+        try:
+            train(ddp, batches(rank, 1, seed=8))
+            raise Failed("training went on without rank 1")
+        except RuntimeError as e:
+            state_wait = getattr(state, "wait", None)
+            if state_wait:
+                state_wait()  # the DDP hook's worker: every bucket of the step handled
+            elapsed = time.monotonic() - t0
+            expect("TimeoutError" in str(e) and where in str(e) and "deadline: 3 s" in str(e),
+                   f"not gradcomp's timeout: {e}")
+            expect(timeouts[0] == 1, f"{timeouts[0]} waits of the step timed out, expected 1 (the first bucket's)")
+            expect(elapsed < 30, f"gave up after {elapsed:.0f} s, the deadline was 3 s")
+
+
+@check(2)
+def zz_a_rank_that_stops_coming_is_one_powersgd_timeout_within_the_deadline(rank, group):
+    ddp, state = powersgd_hooked(group, bucket_cap_mb=0.0001, rank=2, timeout=datetime.timedelta(seconds=3))
+    _rank_1_stops_after_a_step(rank, ddp, state, "powersgd_hook")
+
+
+@check(2)
+def zz_a_rank_that_stops_coming_is_one_ddp_hook_timeout_within_the_deadline(rank, group):
+    ddp, state = hooked(group, "int8", "ef", bucket_cap_mb=0.0001, timeout=datetime.timedelta(seconds=3))
+    _rank_1_stops_after_a_step(rank, ddp, state, "gradcomp reduce-scatter")
 
 
 # --- the spawn ---------------------------------------------------------------------------------------
@@ -1306,8 +1355,10 @@ def _free_port() -> int:
 
 # Every wait inside a check gives up after this long (a rank that left a check early, failing, must not
 # leave the others in a collective until the barrier's deadline ends the whole spawn); the barrier
-# between checks waits twice as long, so a rank that timed out still reaches it and reports.
+# between checks, on a group of its own, waits twice as long, so a rank that timed out still reaches it
+# and reports. The whole spawn has SPAWN_DEADLINE (under pytest's per-test timeout).
 CHECK_TIMEOUT = datetime.timedelta(seconds=60)
+SPAWN_DEADLINE = datetime.timedelta(minutes=10)
 
 
 def _write_results(out_dir: str, rank: int, results: dict) -> None:
@@ -1321,7 +1372,11 @@ def _write_results(out_dir: str, rank: int, results: dict) -> None:
 def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[str]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=2 * CHECK_TIMEOUT)
+                            timeout=CHECK_TIMEOUT)
+    # Groups that checks create without a timeout (DeviceMesh's, for HSDP) get the checks' deadline, not
+    # torch's 30 minutes: the module constant torch reads when a group is made with timeout=None.
+    dist.distributed_c10d.default_pg_timeout = CHECK_TIMEOUT
+    between_checks = dist.new_group(list(range(world)), timeout=2 * CHECK_TIMEOUT)
     results = {}
     for name in names:
         group = dist.new_group(list(range(world)), timeout=CHECK_TIMEOUT)
@@ -1343,7 +1398,7 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str, names: list[
         # races gloo's threads and aborts the process now and then ("terminate called without an active
         # exception"), failing the spawn after every check has passed.
         gc.collect()
-        dist.barrier()
+        dist.barrier(group=between_checks)
     dist.destroy_process_group()
 
 
@@ -1357,8 +1412,17 @@ def run_checks(world: int) -> dict[str, list[str]]:
     names = [n for n, (_, worlds) in CHECKS.items() if world in worlds]
     spawn_error = None
     with tempfile.TemporaryDirectory() as tmp:
+        context = mp.start_processes(_rank_main, args=(world, os.path.join(tmp, "init"), tmp, names), nprocs=world,
+                                     join=False, start_method="spawn")
+        deadline = time.monotonic() + SPAWN_DEADLINE.total_seconds()
         try:
-            mp.spawn(_rank_main, args=(world, os.path.join(tmp, "init"), tmp, names), nprocs=world, join=True)
+            while not context.join(timeout=max(1.0, deadline - time.monotonic())):
+                if time.monotonic() >= deadline:
+                    for p in context.processes:
+                        p.kill()
+                        p.join()
+                    raise TimeoutError(f"the spawn of {world} ranks ran past its {SPAWN_DEADLINE.total_seconds():.0f} s "
+                                       f"deadline; its ranks were killed")
         except Exception as e:  # noqa: BLE001 -- becomes the failure of the checks left unreported
             spawn_error = f"{type(e).__name__}: {e}"
         per_rank = []

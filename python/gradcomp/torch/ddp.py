@@ -33,6 +33,7 @@ from ._layout import Layout, Piece, ResidualStore
 from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
                       ef21_add_shared_estimate, ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
 from ._policy import Policy as _Policy  # noqa: F401 -- DDPStates pickled before _policy.py name it here
+from ._failed_step import FailedStep
 from ._worker import FifoWorker
 
 ALGORITHMS = ("auto", "reduce-scatter", "allgather", "randomk")
@@ -135,6 +136,7 @@ class DDPState:
         self._names: dict[int, str] = {}
         self._layouts: dict[tuple, tuple] = {}
         self._checked = False
+        self._failed_step = FailedStep()
         self._warned_not_contractive = False
         self._warned_exact_momentum = False
         self._pending_stats: dict[str, Any] = {}
@@ -196,6 +198,7 @@ class DDPState:
         self.wait()
         self.iter = int(sd["iter"])
         self._checked = False  # the ranks must agree on the iteration they resume at
+        self._failed_step = FailedStep()  # a resumed step of the same number is a new one
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
         self.shared.load_named(sd.get("shared", {}))
@@ -205,7 +208,7 @@ class DDPState:
         # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
         # after torch.load, attach() the new DDP model; the default group is used unless one is given.
         s = {k: v for k, v in self.__dict__.items()
-             if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts")}
+             if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts", "_failed_step")}
         s["_state_dict"] = self.state_dict()
         for k in ("residuals", "server_residuals", "shared", "momentum"):
             s.pop(k)
@@ -221,7 +224,7 @@ class DDPState:
             s.pop("_eta", None)
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
-        self._layouts = {}
+        self._layouts, self._failed_step = {}, FailedStep()
         self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
         self.shared, self.momentum = ResidualStore(), ResidualStore()
         self._checked = False
@@ -287,6 +290,14 @@ class DDPState:
         return Layout(pieces, buffer.numel())
 
     def _reduce(self, buffer: torch.Tensor, grads, params, step: int, last: bool) -> torch.Tensor:
+        self._failed_step.raise_if_failed(step, "gradcomp ddp_hook")
+        try:
+            return self._reduce_bucket(buffer, grads, params, step, last)
+        except Exception as e:
+            self._failed_step.record(step, e)
+            raise
+
+    def _reduce_bucket(self, buffer: torch.Tensor, grads, params, step: int, last: bool) -> torch.Tensor:
         ex = self._exchange
         assert ex is not None
         stats = ExchangeStats()

@@ -30,6 +30,7 @@ from .. import _C
 from ._agreement import check_ranks_agree
 from ._deadline import wait_within
 from ._exchange import check_reduced_dtypes, widened
+from ._failed_step import FailedStep
 from .ddp import _value_or_raise
 
 _FORMAT = "gradcomp.powersgd_state/1"
@@ -87,6 +88,7 @@ class PowerSGDState:
         self._names: dict[int, str] = {}
         self._ids: dict[str, int] = {}
         self._checked = False
+        self._failed_step = FailedStep()
         if module is not None:
             self.attach(module)
 
@@ -119,6 +121,7 @@ class PowerSGDState:
                                      "configuration (" + "; ".join(diffs) + ")")
         self.iter = int(sd["iter"])
         self._checked = False  # the ranks must agree on the iteration they resume at
+        self._failed_step = FailedStep()  # a resumed step of the same number is a new one
         self.q = {k: v.clone() for k, v in sd["q"].items()}
         self.residuals = {k: v.clone() for k, v in sd["residuals"].items()}
 
@@ -135,17 +138,25 @@ class PowerSGDState:
                     f"gradcomp powersgd_hook: {what} failed")
 
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
+        step = self.iter
+        if bucket.is_last():
+            self.iter += 1  # a failed step too: the next one starts clean
+        self._failed_step.raise_if_failed(step, "gradcomp powersgd_hook")
+        try:
+            return self._reduce_bucket(bucket, step)
+        except Exception as e:
+            self._failed_step.record(step, e)
+            raise
+
+    def _reduce_bucket(self, bucket: dist.GradBucket, step: int) -> torch.Tensor:
         group, world = self.process_group, dist.get_world_size(self.process_group)
         buffer = bucket.buffer()
         check_reduced_dtypes([("the bucket", buffer.dtype)], "gradcomp powersgd_hook")
         if not self._checked:
             # the iteration too: ranks resumed from different checkpoints would exchange P on one, fp32 on another
-            check_ranks_agree({**self.config(), "iter": self.iter}, group, self.timeout, "gradcomp powersgd_hook",
+            check_ranks_agree({**self.config(), "iter": step}, group, self.timeout, "gradcomp powersgd_hook",
                               buffer.device)
             self._checked = True
-        step = self.iter
-        if bucket.is_last():
-            self.iter += 1
         if step < self.start_iter:
             x = widened(buffer)
             self._all_reduce(x, "the exact all-reduce")
