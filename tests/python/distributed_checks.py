@@ -1,9 +1,8 @@
 """Checks that need a process group, run in spawned gloo ranks: `run_checks(world)` spawns `world`
 processes once, each runs every check registered for that world size, and the results (one entry per
 check: passed, or the failure on each rank) come back to pytest, which reports each check as its own
-test. Each check gets a fresh subgroup, so one check's failure does not leave the next one a broken group
-(one exception seen: after an FSDP check failed on one rank, the next FSDP check's full_tensor() reached
-the broken group, as if DTensor cached it by the mesh's ranks; docs/notes.md, twenty-third part)."""
+test. Each check gets a fresh subgroup (FSDP's meshes named after it), so one check's failure does not
+leave the next one a broken group."""
 
 from __future__ import annotations
 
@@ -813,6 +812,17 @@ def a_nan_gradient_names_the_parameter_on_every_rank_and_leaves_residuals_alone(
             expect(sorted(now) == sorted(was) and all(torch.equal(was[k], now[k]) for k in was),
                    f"{ef}: {store} changed by the failed step")
         state.close()
+    # Five buckets from the second step on (DDP rebuilds them): fc2.weight's fails on every rank, every
+    # rank skips the backward's later buckets alike (their residuals too: a bucket reduced before the
+    # failed one has committed its own), and the next step is in line everywhere.
+    ddp, state = hooked(group, "int8", "ef", min_numel=100, bucket_cap_mb=0.0001)
+    train(ddp, data[:1])
+    msg = raises_on_every_rank(poisoned_step, gradcomp.NonFiniteError, group)
+    expect("fc2.weight" in msg, f"five buckets: the error does not name fc2.weight: {msg}")
+    after, _ = train(ddp, data[:1], record_grads=True)
+    expect(bool(torch.isfinite(after[0]).all()) and same_on_all_ranks(after[0], group),
+           "five buckets: the step after the failed one is not the same finite result on every rank")
+    state.close()
     # With nonfinite="skip" the poisoned rank sends zeros and training goes on.
     ddp, state = hooked(group, "int8", "ef", min_numel=100, nonfinite="skip")
     train(ddp, data[:1])
@@ -921,9 +931,11 @@ def the_hook_state_pickles_with_torch_save(rank, group):
 
 def mesh_of(group):
     """A 1-D mesh over the check's own group (FSDP's default mesh would be the default group, which a
-    failed check could leave with an unanswered collective for the next one)."""
+    failed check could leave with an unanswered collective for the next one). Named after the group:
+    DeviceMesh equality ignores the group, and DTensor's sharding caches hand back the first equal mesh
+    they saw, so unnamed meshes over the same ranks ran full_tensor() on an earlier check's group."""
     from torch.distributed.device_mesh import DeviceMesh
-    return DeviceMesh.from_group(group, "cpu")
+    return DeviceMesh.from_group(group, "cpu", mesh_dim_names=(f"check_{group.group_name}",))
 
 
 def fsdp_net(group):
@@ -1418,13 +1430,15 @@ def run_checks(world: int) -> dict[str, list[str]]:
         try:
             while not context.join(timeout=max(1.0, deadline - time.monotonic())):
                 if time.monotonic() >= deadline:
-                    for p in context.processes:
-                        p.kill()
-                        p.join()
                     raise TimeoutError(f"the spawn of {world} ranks ran past its {SPAWN_DEADLINE.total_seconds():.0f} s "
                                        f"deadline; its ranks were killed")
         except Exception as e:  # noqa: BLE001 -- becomes the failure of the checks left unreported
             spawn_error = f"{type(e).__name__}: {e}"
+        finally:  # also when pytest's own timeout interrupts: no rank outlives its spawn
+            for p in context.processes:
+                if p.is_alive():
+                    p.kill()
+                p.join()
         per_rank = []
         for r in range(world):
             path = os.path.join(tmp, f"rank{r}.json")

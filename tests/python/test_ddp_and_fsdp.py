@@ -8,13 +8,21 @@ import distributed_checks as dc
 
 @pytest.fixture(scope="module")
 def results():
-    """Each world size's spawn runs when its first test asks (inside that test's timeout), once."""
-    spawned: dict[int, dict[str, list[str]]] = {}
+    """Each world size's spawn runs when its first test asks (inside that test's timeout), once: a spawn
+    that raised (pytest's timeout, say) fails that world's later tests with its error, not a new spawn."""
+    spawned: dict[int, object] = {}
 
     def of(world: int) -> dict[str, list[str]]:
         if world not in spawned:
-            spawned[world] = dc.run_checks(world)
-        return spawned[world]
+            try:
+                spawned[world] = dc.run_checks(world)
+            except BaseException as e:
+                spawned[world] = e
+                raise
+        got = spawned[world]
+        if isinstance(got, BaseException):
+            raise RuntimeError(f"the spawn of {world} ranks failed in an earlier test: {got!r}")
+        return got
     return of
 
 

@@ -140,7 +140,9 @@ class PowerSGDState:
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         step = self.iter
         if bucket.is_last():
-            self.iter += 1  # a failed step too: the next one starts clean
+            self.iter += 1  # a failed step too
+        if bucket.index() == 0:  # DDP launches a backward's buckets in index order
+            self._failed_step.begin_backward()
         self._failed_step.raise_if_failed(step, "gradcomp powersgd_hook")
         try:
             return self._reduce_bucket(bucket, step)

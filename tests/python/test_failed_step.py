@@ -1,0 +1,42 @@
+"""FailedStep (gradcomp/torch/_failed_step.py): what the hooks do with a backward's later buckets after
+one failed. An error raised on every rank at the same bucket (NonFiniteError, CollectiveMismatch) fails
+the rest of that backward alike and no more; any other (a timeout, a peer failure: possibly this rank's
+alone) leaves the state broken until load_state_dict()."""
+
+import pickle
+
+import pytest
+
+import gradcomp
+from gradcomp.torch._failed_step import FailedStep
+
+
+def test_an_error_on_every_rank_fails_the_rest_of_its_backward_with_its_type_and_no_more():
+    f = FailedStep()
+    f.raise_if_failed(3, "hook")  # nothing recorded: nothing raised
+    f.record(3, gradcomp.NonFiniteError("fc2.weight: NaN at element 7 on rank 1"))
+    with pytest.raises(gradcomp.NonFiniteError, match=r"hook: step 3: this bucket was not reduced.*fc2.weight"):
+        f.raise_if_failed(3, "hook")
+    f.record(3, gradcomp.CollectiveMismatch("a later one"))  # the first failure is the one named
+    with pytest.raises(gradcomp.NonFiniteError, match="fc2.weight"):
+        f.raise_if_failed(3, "hook")
+    f.begin_backward()
+    f.raise_if_failed(4, "hook")
+    f.raise_if_failed(3, "hook")  # a backward that stopped before its last bucket reuses its step: clean
+
+
+@pytest.mark.parametrize("error", [gradcomp.TimeoutError("waited 3 s"), gradcomp.PeerFailure("closed"),
+                                   gradcomp.DecodeError("bad scale"), RuntimeError("gloo: size mismatch")])
+def test_an_error_that_may_be_this_ranks_alone_breaks_the_state_until_it_is_replaced(error):
+    f = FailedStep()
+    f.record(5, error)
+    for step in (5, 6, 100):
+        f.begin_backward()  # a new backward does not mend it
+        with pytest.raises(gradcomp.PeerFailure, match=rf"step {step}: not reduced: this rank failed at step 5 "
+                           rf"\({type(error).__name__}: .*load_state_dict"):
+            f.raise_if_failed(step, "hook")
+    # the hooks replace it in load_state_dict() and after unpickling
+    g = pickle.loads(pickle.dumps(f))
+    with pytest.raises(gradcomp.PeerFailure):
+        g.raise_if_failed(7, "hook")
+    FailedStep().raise_if_failed(7, "hook")
