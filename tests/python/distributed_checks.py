@@ -1325,7 +1325,7 @@ def _rank_1_stops_after_a_step(rank, ddp, state, where: str) -> None:
     """Both ranks take a step (the configuration check passes; DDP rebuilds its buckets: five with
     bucket_cap_mb=0.0001); in the next, rank 1 runs the forward (DDP's own collectives) but no backward.
     Rank 0's backward must raise gradcomp's TimeoutError after one deadline of 3 s: the step's later
-    buckets fail at once, naming the first one's error, instead of each waiting out the deadline."""
+    buckets fail at once (a PeerFailure: the state is broken) instead of each waiting out the deadline."""
     train(ddp, batches(rank, 1))
     if rank == 1:
         ddp(batches(rank, 1, seed=8)[0][0])

@@ -255,8 +255,8 @@ class DDPState:
         if last:
             self.iter += 1
             self._last_bucket_submitted = time.perf_counter()
-        first = bucket.index() == 0  # DDP launches a backward's buckets in index order
-        fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, first, last))
+        index = bucket.index()
+        fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, index, last))
         # DDP reads the Future from C++, which sees a Python set_exception as a value, not an error; a
         # callback that re-raises makes it a real error, which backward() raises with gradcomp's message.
         return fut.then(_value_or_raise)
@@ -290,9 +290,8 @@ class DDPState:
             pieces.append(Piece(name, 0, (g.data_ptr() - base) // buffer.element_size(), g.numel(), g.numel()))
         return Layout(pieces, buffer.numel())
 
-    def _reduce(self, buffer: torch.Tensor, grads, params, step: int, first: bool, last: bool) -> torch.Tensor:
-        if first:
-            self._failed_step.begin_backward()
+    def _reduce(self, buffer: torch.Tensor, grads, params, step: int, index: int, last: bool) -> torch.Tensor:
+        self._failed_step.at_bucket(index)
         self._failed_step.raise_if_failed(step, "gradcomp ddp_hook")
         try:
             return self._reduce_bucket(buffer, grads, params, step, last)

@@ -125,6 +125,18 @@ class PowerSGDState:
         self.q = {k: v.clone() for k, v in sd["q"].items()}
         self.residuals = {k: v.clone() for k, v in sd["residuals"].items()}
 
+    def __getstate__(self) -> dict:
+        # The process group, the model's parameter addresses and a failure of this process do not travel
+        # (as the DDP hook's state): after torch.load, attach() the new DDP model; the ranks check again
+        # that they agree.
+        s = {k: v for k, v in self.__dict__.items() if k not in ("process_group", "_names", "_failed_step")}
+        s["_checked"] = False
+        return s
+
+    def __setstate__(self, s: dict) -> None:
+        self.__dict__.update(s)
+        self.process_group, self._names, self._failed_step = None, {}, FailedStep()
+
     def _initial_q(self, name: str, cols: int, r: int, device) -> torch.Tensor:
         import numpy as np
 
@@ -141,8 +153,7 @@ class PowerSGDState:
         step = self.iter
         if bucket.is_last():
             self.iter += 1  # a failed step too
-        if bucket.index() == 0:  # DDP launches a backward's buckets in index order
-            self._failed_step.begin_backward()
+        self._failed_step.at_bucket(bucket.index())
         self._failed_step.raise_if_failed(step, "gradcomp powersgd_hook")
         try:
             return self._reduce_bucket(bucket, step)
