@@ -653,6 +653,68 @@ def a_bf16_model_is_reduced_in_fp32_and_a_float64_one_refused(rank, group):
              "fc1.weight (torch.float64)", "a float64 model under PowerSGD")
 
 
+class WithUnused(torch.nn.Module):
+    """Net behind a layer registered first and never used: with a small bucket cap its parameters fill
+    DDP's last bucket, which skip_all_reduce_unused_params never hands to the hook."""
+
+    def __init__(self):
+        super().__init__()
+        self.aux = torch.nn.Linear(40, 64)
+        self.net = make_net()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@check(2)
+def a_backward_whose_last_bucket_ddp_skips_still_counts_as_a_step(rank, group):
+    # The hooks count a step at its last bucket. DDP with skip_all_reduce_unused_params never hands over
+    # a bucket of unused parameters: before 2026-12-06 the step count stayed at 0, so start_iter was never
+    # reached (exact all-reduces forever, silently) and every step reused step 0's random streams. Now
+    # both hooks count such a backward when the next begins: the same results, bit for bit, as DDP
+    # reducing the unused bucket too, and the same iteration in the checkpoint.
+    data = batches(rank, 4)
+
+    def run(skip: bool, hooked_state):
+        torch.manual_seed(0)
+        model = WithUnused()
+        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.0001,
+                                                        find_unused_parameters=True,
+                                                        skip_all_reduce_unused_params=skip)
+        state, hook = hooked_state(ddp)
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        grads = []
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            grads.append(torch.cat([p.grad.reshape(-1).clone() for p in model.net.parameters()]))
+            opt.step()
+        return grads, state.state_dict()["iter"]
+
+    # find_unused_parameters: DDP all-reduces its map of used parameters on its group from backward,
+    # while the DDP hook's worker may still be exchanging; on one group that pairs collectives wrongly
+    # (gloo aborted), so the hook refuses it and gets a group of its own.
+    rejected(lambda: gt.DDPState(torch.nn.parallel.DistributedDataParallel(WithUnused(), process_group=group,
+                                                                           find_unused_parameters=True),
+                                 codec="int8", process_group=group), "a process group of its own",
+             "the DDP hook on the group of a DDP with find_unused_parameters=True")
+    hook_group = dist.new_group(list(range(dist.get_world_size(group))), timeout=CHECK_TIMEOUT)
+    for name, hooked_state in (
+            ("ddp_hook int8 stochastic", lambda ddp: (gt.DDPState(ddp, codec="int8:rounding=stochastic", error_feedback="ef",
+                                                                  process_group=hook_group, start_iter=1, min_numel=100),
+                                                      gt.ddp_hook)),
+            ("powersgd_hook", lambda ddp: (gt.PowerSGDState(ddp, rank=2, start_iter=1, process_group=group),
+                                           gt.powersgd_hook))):
+        reduced, iters = run(False, hooked_state)
+        skipped, skipped_iters = run(True, hooked_state)
+        expect(iters == skipped_iters == len(data), f"{name}: iteration {skipped_iters} with the bucket skipped, "
+               f"{iters} without, after {len(data)} steps")
+        for step, (a, b) in enumerate(zip(reduced, skipped)):
+            expect(torch.equal(a, b), f"{name}: step {step} differs with the unused bucket skipped "
+                   f"(max |diff| {float((a - b).abs().max())})")
+
+
 @check(2)
 def ranks_resumed_at_different_iterations_fail_on_every_rank(rank, group):
     # Each rank loads its own checkpoint: one a step behind the other is a CollectiveMismatch naming the

@@ -8,24 +8,20 @@ import pickle
 import pytest
 
 import gradcomp
+from gradcomp.torch._backwards import Backwards
 from gradcomp.torch._failed_step import FailedStep
 
 
 def test_an_error_on_every_rank_fails_the_rest_of_its_backward_with_its_type_and_no_more():
     f = FailedStep()
-    f.at_bucket(0)
     f.raise_if_failed(3, "hook")  # nothing recorded: nothing raised
-    f.at_bucket(2)
     f.record(3, gradcomp.NonFiniteError("fc2.weight: NaN at element 7 on rank 1"))
     with pytest.raises(gradcomp.NonFiniteError, match=r"hook: step 3: this bucket was not reduced.*fc2.weight"):
         f.raise_if_failed(3, "hook")
     f.record(3, gradcomp.CollectiveMismatch("a later one"))  # the first failure is the one named
     with pytest.raises(gradcomp.NonFiniteError, match="fc2.weight"):
         f.raise_if_failed(3, "hook")
-    f.at_bucket(4)  # a later bucket of the same backward: still failed
-    with pytest.raises(gradcomp.NonFiniteError):
-        f.raise_if_failed(3, "hook")
-    f.at_bucket(1)  # an index not above the last one's: a new backward (bucket 0 unused: never handed over)
+    f.begin_backward()
     f.raise_if_failed(4, "hook")
     f.raise_if_failed(3, "hook")  # a backward that stopped before its last bucket reuses its step: clean
 
@@ -36,7 +32,7 @@ def test_an_error_that_may_be_this_ranks_alone_breaks_the_state_until_it_is_repl
     f = FailedStep()
     f.record(5, error)
     for step in (5, 6, 100):
-        f.at_bucket(0)  # a new backward does not mend it
+        f.begin_backward()  # a new backward does not mend it
         with pytest.raises(gradcomp.PeerFailure, match=rf"step {step}: not reduced: this rank failed at step 5 "
                            rf"\({type(error).__name__}: .*load_state_dict"):
             f.raise_if_failed(step, "hook")
@@ -54,3 +50,14 @@ def test_a_powersgd_state_unpickles_without_this_process_failure_or_agreement():
     t._failed_step.raise_if_failed(5, "hook")  # nothing raised: the broken state stayed with its process
     assert t._checked is False and t.process_group is None and t._names == {}
     assert (t.rank, t.iter) == (2, 0)
+
+
+def test_a_backward_begins_at_an_index_not_above_the_last_ones_and_one_without_its_last_bucket_is_counted():
+    b = Backwards()
+    assert b.bucket(0, False) == (True, False) and b.uncounted == 1
+    assert b.bucket(1, True) == (False, False) and b.uncounted == 0     # ended by its last bucket
+    assert b.bucket(1, False) == (True, False)   # bucket 0 unused and skipped: a new backward all the same
+    assert b.bucket(2, False) == (False, False) and b.uncounted == 1    # its last bucket (3) is skipped too
+    assert b.bucket(0, False) == (True, True)    # the next backward: the last one ended uncounted
+    assert b.bucket(0, True) == (True, True)     # a backward of one bucket, after one without its last
+    assert b.bucket(0, True) == (True, False) and b.uncounted == 0

@@ -29,16 +29,11 @@ class FailedStep:
         # holding one still pickles.
         self._this_backward: Optional[tuple[int, type, str]] = None
         self._broken: Optional[tuple[int, type, str]] = None
-        self._last_index: Optional[int] = None
 
-    def at_bucket(self, index: int) -> None:
-        """Called with each bucket's index, in the order DDP launches them (increasing within a
-        backward): an index not above the last one's starts a new backward, and the last one's failure,
-        raised on every rank, is over. (Not `index == 0`: a bucket whose parameters were all unused is
-        never handed over, bucket 0 included.)"""
-        if self._last_index is None or index <= self._last_index:
-            self._this_backward = None
-        self._last_index = index
+    def begin_backward(self) -> None:
+        """At a backward's first bucket (_backwards.py): the last one's failure, raised on every rank,
+        is over."""
+        self._this_backward = None
 
     def record(self, step: int, error: BaseException) -> None:
         failure = (step, type(error), str(error))

@@ -33,6 +33,7 @@ from ._layout import Layout, Piece, ResidualStore
 from ._policy import (ERROR_FEEDBACK, check_policy_fits, dgc_masking, dgc_momentum,  # noqa: F401 (re-exported)
                       ef21_add_shared_estimate, ef21_estimates_after, ef21_sgdm_momentum, parse_error_feedback)
 from ._policy import Policy as _Policy  # noqa: F401 -- DDPStates pickled before _policy.py name it here
+from ._backwards import Backwards
 from ._failed_step import FailedStep
 from ._worker import FifoWorker
 
@@ -82,7 +83,9 @@ class DDPState:
                     DgcFeedback's step; not with nonfinite="skip" nor with a rotated codec (rotate=).
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
-    process_group   the group to reduce over (default: the default group)
+    process_group   the group to reduce over (default: the default group); a group of its own, not the
+                    DDP model's, when DDP has find_unused_parameters=True or static_graph=True (DDP then
+                    all-reduces on its group from backward while this hook's worker exchanges: refused)
     start_iter      iterations before this one are exact fp32 all-reduces
     min_numel       parameters with fewer elements go uncompressed (exact fp32)
     seed            the stochastic codecs' seed (shared by all ranks)
@@ -137,6 +140,7 @@ class DDPState:
         self._layouts: dict[tuple, tuple] = {}
         self._checked = False
         self._failed_step = FailedStep()
+        self._backwards = Backwards()
         self._warned_not_contractive = False
         self._warned_exact_momentum = False
         self._pending_stats: dict[str, Any] = {}
@@ -159,6 +163,19 @@ class DDPState:
         self._layouts = {}
         if process_group is not None:
             self.process_group = process_group
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            ours = self.process_group if self.process_group is not None else dist.distributed_c10d._get_default_group()
+            if ours is module.process_group and (module.find_unused_parameters or getattr(module, "static_graph", False)):
+                # DDP all-reduces its map of used parameters (find_unused_parameters; static_graph's first
+                # step) from backward once every bucket is handed over, while this hook's worker thread may
+                # still be exchanging buckets: on one communicator the two orders differ between ranks and
+                # the collectives pair wrongly (gloo aborts the process).
+                raise _C.InvalidArgument(
+                    "DDPState: this DDP model has find_unused_parameters=True or static_graph=True, so DDP "
+                    "all-reduces its map of used parameters on its process group while gradcomp's hook is still "
+                    "exchanging buckets on another thread; give the hook a process group of its own: "
+                    "DDPState(ddp, ..., process_group=dist.new_group(ranks)) (every rank creating it in the same "
+                    "order), or use gradcomp.torch.PowerSGDState, whose hook runs on backward's thread")
         return self
 
     def config(self) -> dict:
@@ -181,7 +198,7 @@ class DDPState:
     def state_dict(self) -> dict:
         """Configuration, iteration and residuals by parameter name: torch.save it with the model."""
         self.wait()
-        return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
+        return {"format": _FORMAT, "config": self.config(), "iter": self.iter + self._backwards.uncounted,
                 "residuals": self.residuals.named(), "server_residuals": self.server_residuals.named(),
                 "shared": self.shared.named(), "momentum": self.momentum.named()}
 
@@ -198,7 +215,7 @@ class DDPState:
         self.wait()
         self.iter = int(sd["iter"])
         self._checked = False  # the ranks must agree on the iteration they resume at
-        self._failed_step = FailedStep()  # a resumed step of the same number is a new one
+        self._failed_step, self._backwards = FailedStep(), Backwards()  # a new run from here
         self.residuals.load_named(sd["residuals"])
         self.server_residuals.load_named(sd["server_residuals"])
         self.shared.load_named(sd.get("shared", {}))
@@ -208,7 +225,7 @@ class DDPState:
         # The process group, the model and the worker thread do not travel (as torch's PowerSGDState):
         # after torch.load, attach() the new DDP model; the default group is used unless one is given.
         s = {k: v for k, v in self.__dict__.items()
-             if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts", "_failed_step")}
+             if k not in ("process_group", "_names", "_worker", "_exchange", "_layouts", "_failed_step", "_backwards")}
         s["_state_dict"] = self.state_dict()
         for k in ("residuals", "server_residuals", "shared", "momentum"):
             s.pop(k)
@@ -224,7 +241,8 @@ class DDPState:
             s.pop("_eta", None)
         self.__dict__.update(s)
         self.process_group, self._names, self._worker, self._exchange = None, {}, None, None
-        self._layouts, self._failed_step = {}, FailedStep()
+        self._layouts, self._failed_step, self._backwards = {}, FailedStep(), Backwards()
+        self.iter = int(sd["iter"])  # a backward that ended without its last bucket counted
         self.residuals, self.server_residuals = ResidualStore(), ResidualStore()
         self.shared, self.momentum = ResidualStore(), ResidualStore()
         self._checked = False
@@ -251,12 +269,15 @@ class DDPState:
         buffer = bucket.buffer()
         grads = bucket.gradients()
         params = bucket.parameters()
-        step, last = self.iter, bucket.is_last()
+        last = bucket.is_last()
+        begins, missed_end = self._backwards.bucket(bucket.index(), last)
+        if missed_end:
+            self.iter += 1  # the last backward's last bucket never came (_backwards.py)
+        step = self.iter
         if last:
             self.iter += 1
             self._last_bucket_submitted = time.perf_counter()
-        index = bucket.index()
-        fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, index, last))
+        fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, begins, last))
         # DDP reads the Future from C++, which sees a Python set_exception as a value, not an error; a
         # callback that re-raises makes it a real error, which backward() raises with gradcomp's message.
         return fut.then(_value_or_raise)
@@ -290,8 +311,9 @@ class DDPState:
             pieces.append(Piece(name, 0, (g.data_ptr() - base) // buffer.element_size(), g.numel(), g.numel()))
         return Layout(pieces, buffer.numel())
 
-    def _reduce(self, buffer: torch.Tensor, grads, params, step: int, index: int, last: bool) -> torch.Tensor:
-        self._failed_step.at_bucket(index)
+    def _reduce(self, buffer: torch.Tensor, grads, params, step: int, begins: bool, last: bool) -> torch.Tensor:
+        if begins:
+            self._failed_step.begin_backward()
         self._failed_step.raise_if_failed(step, "gradcomp ddp_hook")
         try:
             return self._reduce_bucket(buffer, grads, params, step, last)
@@ -391,6 +413,10 @@ class DDPState:
                  element_size: int) -> None:
         p = self._pending_stats
         if p.get("step") != step:
+            if p.get("buckets") and not p.get("published"):
+                # the last step's last bucket never came (_backwards.py): its statistics, without the
+                # diagnosis, whose times need that bucket
+                self._publish(p)
             p.clear()
             p.update(step=step, buckets=0, elements=0, bucket_bytes=0, compressed_elements=0, stats=ExchangeStats(),
                      started=time.perf_counter(), traffic=[])
@@ -401,20 +427,24 @@ class DDPState:
         p["compressed_elements"] += compressed_elements
         p["stats"].add(stats)
         if last:
-            s: ExchangeStats = p["stats"]
-            world = dist.get_world_size(self.process_group)
-            fp32_ring = 2 * (world - 1) * p["elements"] * 4 // max(world, 1)
-            own_ring = 2 * (world - 1) * p["bucket_bytes"] // max(world, 1)
-            self.last_stats = {
-                "step": step, "buckets": p["buckets"], "elements": p["elements"],
-                "compressed_elements": p["compressed_elements"], "bytes_sent": s.bytes_sent,
-                "fp32_allreduce_bytes": fp32_ring, "ddp_allreduce_bytes": own_ring,
-                # against DDP's own ring all-reduce of the buckets as they are (bf16 buckets: half fp32's)
-                "compression_ratio": own_ring / s.bytes_sent if s.bytes_sent else 1.0,
-                "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
-                "skipped": s.skipped, "saturated": s.saturated, "resets": s.resets,
-            }
-            self._diagnose(s)
+            self._publish(p)
+            self._diagnose(p["stats"])
+
+    def _publish(self, p: dict) -> None:
+        s: ExchangeStats = p["stats"]
+        world = dist.get_world_size(self.process_group)
+        fp32_ring = 2 * (world - 1) * p["elements"] * 4 // max(world, 1)
+        own_ring = 2 * (world - 1) * p["bucket_bytes"] // max(world, 1)
+        self.last_stats = {
+            "step": p["step"], "buckets": p["buckets"], "elements": p["elements"],
+            "compressed_elements": p["compressed_elements"], "bytes_sent": s.bytes_sent,
+            "fp32_allreduce_bytes": fp32_ring, "ddp_allreduce_bytes": own_ring,
+            # against DDP's own ring all-reduce of the buckets as they are (bf16 buckets: half fp32's)
+            "compression_ratio": own_ring / s.bytes_sent if s.bytes_sent else 1.0,
+            "codec_seconds": s.codec_seconds, "comm_seconds": s.comm_seconds,
+            "skipped": s.skipped, "saturated": s.saturated, "resets": s.resets,
+        }
+        p["published"] = True
 
     def _diagnose(self, s: ExchangeStats) -> None:
         """last_stats' diagnosis (gradcomp.diagnose): the step is the time between two steps' last buckets

@@ -30,6 +30,7 @@ from .. import _C
 from ._agreement import check_ranks_agree
 from ._deadline import wait_within
 from ._exchange import check_reduced_dtypes, widened
+from ._backwards import Backwards
 from ._failed_step import FailedStep
 from .ddp import _value_or_raise
 
@@ -89,6 +90,7 @@ class PowerSGDState:
         self._ids: dict[str, int] = {}
         self._checked = False
         self._failed_step = FailedStep()
+        self._backwards = Backwards()
         if module is not None:
             self.attach(module)
 
@@ -106,7 +108,7 @@ class PowerSGDState:
                 "world_size": dist.get_world_size(self.process_group)}
 
     def state_dict(self) -> dict:
-        return {"format": _FORMAT, "config": self.config(), "iter": self.iter,
+        return {"format": _FORMAT, "config": self.config(), "iter": self.iter + self._backwards.uncounted,
                 "q": {k: v.detach().cpu().clone() for k, v in self.q.items()},
                 "residuals": {k: v.detach().cpu().clone() for k, v in self.residuals.items()}}
 
@@ -121,7 +123,7 @@ class PowerSGDState:
                                      "configuration (" + "; ".join(diffs) + ")")
         self.iter = int(sd["iter"])
         self._checked = False  # the ranks must agree on the iteration they resume at
-        self._failed_step = FailedStep()  # a resumed step of the same number is a new one
+        self._failed_step, self._backwards = FailedStep(), Backwards()  # a new run from here
         self.q = {k: v.clone() for k, v in sd["q"].items()}
         self.residuals = {k: v.clone() for k, v in sd["residuals"].items()}
 
@@ -129,13 +131,14 @@ class PowerSGDState:
         # The process group, the model's parameter addresses and a failure of this process do not travel
         # (as the DDP hook's state): after torch.load, attach() the new DDP model; the ranks check again
         # that they agree.
-        s = {k: v for k, v in self.__dict__.items() if k not in ("process_group", "_names", "_failed_step")}
-        s["_checked"] = False
+        s = {k: v for k, v in self.__dict__.items()
+             if k not in ("process_group", "_names", "_failed_step", "_backwards")}
+        s["_checked"], s["iter"] = False, self.iter + self._backwards.uncounted
         return s
 
     def __setstate__(self, s: dict) -> None:
         self.__dict__.update(s)
-        self.process_group, self._names, self._failed_step = None, {}, FailedStep()
+        self.process_group, self._names, self._failed_step, self._backwards = None, {}, FailedStep(), Backwards()
 
     def _initial_q(self, name: str, cols: int, r: int, device) -> torch.Tensor:
         import numpy as np
@@ -150,10 +153,14 @@ class PowerSGDState:
                     f"gradcomp powersgd_hook: {what} failed")
 
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
+        begins, missed_end = self._backwards.bucket(bucket.index(), bucket.is_last())
+        if missed_end:
+            self.iter += 1  # the last backward's last bucket never came (_backwards.py)
         step = self.iter
         if bucket.is_last():
             self.iter += 1  # a failed step too
-        self._failed_step.at_bucket(bucket.index())
+        if begins:
+            self._failed_step.begin_backward()
         self._failed_step.raise_if_failed(step, "gradcomp powersgd_hook")
         try:
             return self._reduce_bucket(bucket, step)

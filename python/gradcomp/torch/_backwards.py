@@ -1,0 +1,32 @@
+"""Where a backward begins, from the buckets DDP hands a hook. DDP launches a backward's buckets in
+increasing index order, so an index not above the last one's begins a new backward. The hooks count a
+step at its last bucket (GradBucket.is_last()), but that bucket never comes when DDP skips it: with
+skip_all_reduce_unused_params, a bucket whose parameters were all unused is not handed over. Such a
+backward was a step all the same, or start_iter would never be reached and every step would reuse one
+step's random streams: the hooks count it when the next backward begins (and a checkpoint counts it)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class Backwards:
+    def __init__(self) -> None:
+        self._last_index: Optional[int] = None
+        self._ended = True
+
+    def bucket(self, index: int, last: bool) -> tuple[bool, bool]:
+        """(this bucket begins a backward, the backward before it ended without its last bucket)"""
+        begins = self._last_index is None or index <= self._last_index
+        missed_end = begins and not self._ended
+        if begins:
+            self._ended = False
+        if last:
+            self._ended = True
+        self._last_index = index
+        return begins, missed_end
+
+    @property
+    def uncounted(self) -> int:
+        """1 while the last backward ended without its last bucket (not counted yet), else 0."""
+        return 0 if self._ended else 1
