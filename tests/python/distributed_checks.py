@@ -699,6 +699,17 @@ def a_backward_whose_last_bucket_ddp_skips_still_counts_as_a_step(rank, group):
                                                                            find_unused_parameters=True),
                                  codec="int8", process_group=group), "a process group of its own",
              "the DDP hook on the group of a DDP with find_unused_parameters=True")
+    # static_graph all-reduces that map in its first step before it hands over any bucket (the worker
+    # idle), and never after: accepted on DDP's own group, and the ranks stay in line.
+    static = torch.nn.parallel.DistributedDataParallel(make_net(), process_group=group, static_graph=True,
+                                                       find_unused_parameters=True)
+    state = gt.DDPState(static, codec="int8", error_feedback="ef", process_group=group, min_numel=100)
+    static.register_comm_hook(state, gt.ddp_hook)
+    got, _ = train(static, data[:3], record_grads=True)
+    expect(all(same_on_all_ranks(g, group) and bool(torch.isfinite(g).all()) for g in got)
+           and state.state_dict()["iter"] == 3, f"static_graph: iteration {state.state_dict()['iter']} after 3 steps, "
+           f"or results that differ between ranks")
+    state.close()
     hook_group = dist.new_group(list(range(dist.get_world_size(group))), timeout=CHECK_TIMEOUT)
     for name, hooked_state in (
             ("ddp_hook int8 stochastic", lambda ddp: (gt.DDPState(ddp, codec="int8:rounding=stochastic", error_feedback="ef",

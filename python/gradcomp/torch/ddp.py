@@ -56,6 +56,28 @@ def _choose_algorithm(codec: Codec, algorithm: str) -> str:
     return algorithm
 
 
+def _check_ddp_leaves_the_group_to_the_hook(ddp: torch.nn.parallel.DistributedDataParallel,
+                                            group: Optional[dist.ProcessGroup]) -> None:
+    """The hook's worker thread may still be exchanging buckets when backward's own thread has handed
+    over the last one. DDP issues collectives of its own on its group from backward in two cases:
+    find_unused_parameters without static_graph (it all-reduces its map of used parameters once every
+    bucket is handed over) and delay_all_reduce_named_params (an all-reduce from a parameter's hook). On
+    one communicator the two threads' orders then differ between ranks, and the collectives pair wrongly
+    (gloo aborts the process). Then the hook needs a group of its own. (static_graph's first step
+    all-reduces the map before it hands over any bucket, with the worker idle: no hazard.)"""
+    ours = group if group is not None else dist.distributed_c10d._get_default_group()
+    dynamic_unused = ddp.find_unused_parameters and not getattr(ddp, "static_graph", False)
+    delayed = bool(getattr(ddp, "_delay_all_reduce_params", ()))
+    if ours is ddp.process_group and (dynamic_unused or delayed):
+        what = "find_unused_parameters=True" if dynamic_unused else "delay_all_reduce_named_params"
+        raise _C.InvalidArgument(
+            f"DDPState: this DDP model has {what}, so DDP issues collectives of its own on its process group "
+            f"from backward while gradcomp's hook may still be exchanging buckets on another thread; give the "
+            f"hook a process group of its own: DDPState(ddp, ..., process_group=dist.new_group(ranks)) (every "
+            f"rank creating it in the same order), or use gradcomp.torch.PowerSGDState, whose hook runs on "
+            f"backward's thread")
+
+
 class DDPState:
     """The hook's configuration and state. Arguments:
 
@@ -84,8 +106,9 @@ class DDPState:
     algorithm       "auto" (reduce-scatter for dense codecs, allgather for sparse, randomk for random-k),
                     or one of them by name
     process_group   the group to reduce over (default: the default group); a group of its own, not the
-                    DDP model's, when DDP has find_unused_parameters=True or static_graph=True (DDP then
-                    all-reduces on its group from backward while this hook's worker exchanges: refused)
+                    DDP model's, when DDP has find_unused_parameters=True (without static_graph) or
+                    delay_all_reduce_named_params (DDP then all-reduces on its group from backward while
+                    this hook's worker exchanges: refused)
     start_iter      iterations before this one are exact fp32 all-reduces
     min_numel       parameters with fewer elements go uncompressed (exact fp32)
     seed            the stochastic codecs' seed (shared by all ranks)
@@ -159,23 +182,12 @@ class DDPState:
         inner = getattr(module, "module", module) if isinstance(module, torch.nn.parallel.DistributedDataParallel) \
             else module
         check_reduced_dtypes(((n, p.dtype) for n, p in inner.named_parameters() if p.requires_grad), "DDPState")
+        group = process_group if process_group is not None else self.process_group
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            _check_ddp_leaves_the_group_to_the_hook(module, group)
         self._names = {p.data_ptr(): n for n, p in inner.named_parameters()}
         self._layouts = {}
-        if process_group is not None:
-            self.process_group = process_group
-        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
-            ours = self.process_group if self.process_group is not None else dist.distributed_c10d._get_default_group()
-            if ours is module.process_group and (module.find_unused_parameters or getattr(module, "static_graph", False)):
-                # DDP all-reduces its map of used parameters (find_unused_parameters; static_graph's first
-                # step) from backward once every bucket is handed over, while this hook's worker thread may
-                # still be exchanging buckets: on one communicator the two orders differ between ranks and
-                # the collectives pair wrongly (gloo aborts the process).
-                raise _C.InvalidArgument(
-                    "DDPState: this DDP model has find_unused_parameters=True or static_graph=True, so DDP "
-                    "all-reduces its map of used parameters on its process group while gradcomp's hook is still "
-                    "exchanging buckets on another thread; give the hook a process group of its own: "
-                    "DDPState(ddp, ..., process_group=dist.new_group(ranks)) (every rank creating it in the same "
-                    "order), or use gradcomp.torch.PowerSGDState, whose hook runs on backward's thread")
+        self.process_group = group
         return self
 
     def config(self) -> dict:
