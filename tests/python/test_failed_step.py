@@ -63,3 +63,12 @@ def test_a_backward_begins_at_an_index_not_above_the_last_ones_and_one_without_i
     assert b.bucket(0, True) == (False, False)   # first step hands over every bucket as index 0)
     assert b.bucket(0, True) == (True, False) and b.uncounted == 0   # after an end: backwards of one bucket
     assert b.bucket(0, True) == (True, False)
+
+
+def test_the_step_count_moves_at_each_last_bucket_and_at_a_backward_that_never_had_one():
+    b = Backwards()
+    assert b.step(7, 0, False) == (7, 7, True)
+    assert b.step(7, 1, True) == (7, 8, False)    # its last bucket: counted
+    assert b.step(8, 0, False) == (8, 8, True)
+    assert b.step(8, 1, False) == (8, 8, False)   # its last bucket is skipped by DDP
+    assert b.step(8, 0, False) == (9, 9, True)    # so it counts when the next backward begins

@@ -31,6 +31,13 @@ class Backwards:
         self._last_index = index
         return begins, missed_end
 
+    def step(self, count: int, index: int, last: bool) -> tuple[int, int, bool]:
+        """The hooks' one counting rule: from the steps counted so far and this bucket, (the bucket's
+        step, the count after it, whether it begins a backward)."""
+        begins, missed_end = self.bucket(index, last)
+        step = count + 1 if missed_end else count  # the last backward's last bucket never came
+        return step, step + 1 if last else step, begins
+
     @property
     def uncounted(self) -> int:
         """1 while the last backward ended without its last bucket (not counted yet), else 0."""

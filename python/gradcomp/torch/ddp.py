@@ -282,12 +282,8 @@ class DDPState:
         grads = bucket.gradients()
         params = bucket.parameters()
         last = bucket.is_last()
-        begins, missed_end = self._backwards.bucket(bucket.index(), last)
-        if missed_end:
-            self.iter += 1  # the last backward's last bucket never came (_backwards.py)
-        step = self.iter
+        step, self.iter, begins = self._backwards.step(self.iter, bucket.index(), last)
         if last:
-            self.iter += 1
             self._last_bucket_submitted = time.perf_counter()
         fut = self._worker.submit(lambda: self._reduce(buffer, grads, params, step, begins, last))
         # DDP reads the Future from C++, which sees a Python set_exception as a value, not an error; a

@@ -153,12 +153,8 @@ class PowerSGDState:
                     f"gradcomp powersgd_hook: {what} failed")
 
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
-        begins, missed_end = self._backwards.bucket(bucket.index(), bucket.is_last())
-        if missed_end:
-            self.iter += 1  # the last backward's last bucket never came (_backwards.py)
-        step = self.iter
-        if bucket.is_last():
-            self.iter += 1  # a failed step too
+        # counted before the work: a failed step too
+        step, self.iter, begins = self._backwards.step(self.iter, bucket.index(), bucket.is_last())
         if begins:
             self._failed_step.begin_backward()
         self._failed_step.raise_if_failed(step, "gradcomp powersgd_hook")
