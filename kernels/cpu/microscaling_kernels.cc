@@ -214,9 +214,11 @@ uint64_t encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, Elemen
 
 bool nvfp4EncodeUsesBlockMaxima(size_t blockSize) {
 #if GRADCOMP_CPU_AVX512_KERNELS
-  return blockSize == 16 && activeCpuPath() == CpuPath::Avx512;
+  if (blockSize == 16 && activeCpuPath() == CpuPath::Avx512) return true;
+#endif
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  return blockSize == 16 && activeCpuPath() >= CpuPath::Avx2;
 #else
-  (void)blockSize;
   return false;
 #endif
 }
@@ -224,6 +226,9 @@ bool nvfp4EncodeUsesBlockMaxima(size_t blockSize) {
 uint32_t nvfp4BlockMaxBits(const float* x, size_t n, size_t blockSize, uint32_t* maxBits) {
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize == 16 && activeCpuPath() == CpuPath::Avx512) return avx512::nvfp4BlockMaxBits(x, n, maxBits);
+#endif
+#if GRADCOMP_CPU_AVX2_MICROSCALING
+  if (blockSize == 16 && activeCpuPath() >= CpuPath::Avx2) return avx2::nvfp4BlockMaxBits(x, n, maxBits);
 #endif
   uint32_t largest = 0;
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
@@ -241,16 +246,17 @@ uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, flo
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512)
     return avx512::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad, nullptr,
                                            blockSize == 16 ? blockMaxBits : nullptr);
-#else
-  (void)blockMaxBits;
 #endif
   auto portable = [&](const float* xs, size_t ns, uint8_t* out, uint8_t* scales, uint64_t* bad) {
     return encodeThenPack(ns, 4, out, [&](uint8_t* codes) { return encodeNvfp4Blocks(xs, ns, blockSize, t, codes, scales, bad); });
   };
 #if GRADCOMP_CPU_AVX2_MICROSCALING
   if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2)
-    return afterAvx2Blocks(avx2::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad), x, n,
-                           blockSize, 4, packed, scaleCodes, firstBad, portable);
+    return afterAvx2Blocks(avx2::encodeNvfp4BlocksPacked(x, n, blockSize, t, packed, scaleCodes, firstBad,
+                                                         blockSize == 16 ? blockMaxBits : nullptr),
+                           x, n, blockSize, 4, packed, scaleCodes, firstBad, portable);
+#else
+  (void)blockMaxBits;
 #endif
   return portable(x, n, packed, scaleCodes, firstBad);
 }

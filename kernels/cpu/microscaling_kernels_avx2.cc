@@ -9,6 +9,7 @@
 #if GRADCOMP_CPU_AVX2_MICROSCALING
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/avx2_block_steps.h"
@@ -195,66 +196,105 @@ inline __m256i e2m1Codes(__m256i a, __m256i xb, const ElementLanes& l) {
       _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), l.magic)), l.magicBits);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 22), l.one);
   const __m256i nor = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, l.rebias), odd), 22);
-  const __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(nor, sub, _mm256_cmpgt_epi32(l.minNormal, a)), l.maxCode);
+  // a < min normal where a - min normal is negative: blendv_ps reads each lane's sign bit alone, so the
+  // difference selects without a compare (which the compiler made a minimum and an equality test).
+  const __m256 below = _mm256_castsi256_ps(_mm256_sub_epi32(a, l.minNormal));
+  const __m256i code = _mm256_min_epu32(
+      _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(nor), _mm256_castsi256_ps(sub), below)), l.maxCode);
   return _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(xb, 28), _mm256_set1_epi32(8)));
 }
 
-// NVFP4 with its standard 16-element blocks, 8 blocks (128 elements) per step, as the AVX-512 group
-// encoder: the maxima by one transposing reduction, the 8 scales in one register, the magnitudes divided
-// and the signs taken from x, a zero factor's block divided by 1 and its codes cleared afterwards, and
-// saturation counted only in the blocks whose maximum reaches the overflow midpoint (division is
-// monotonic: a block's largest quotient is its maximum's). Stops before a last partial group or a group
-// whose maximum is not finite; returns the elements encoded.
-size_t encodeNvfp4Groups(const float* x, size_t n, float t, uint8_t* packed, uint8_t* scaleCodes, uint64_t& saturated) {
+// NVFP4 with its standard 16-element blocks, 8 blocks (128 elements) a group, as the AVX-512 group
+// encoder, in chunks of up to 8 groups: first every group's scales (each group's maxima by one transposing
+// reduction, or loaded from blockMaxBits where the tensor's first pass kept them; the 8 scales in one
+// register; the divisors stored), then every group's codes (the magnitudes divided and the signs taken
+// from x, a zero factor's block divided by 1 and its codes cleared afterwards). A group's scales are a
+// chain of dependent steps (reduction, division, two conversions) that, interleaved with its own codes,
+// kept the reorder window from reaching the next group's; chunked, 8 such chains overlap, and the codes'
+// divisions run back to back. Saturation is counted only in the blocks whose maximum reaches the
+// overflow midpoint (division is monotonic: a block's largest quotient is its maximum's). Stops before a
+// last partial group or a group whose maximum is not finite; returns the elements encoded.
+size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* blockMaxBits, uint8_t* packed,
+                         uint8_t* scaleCodes, uint64_t& saturated) {
+  constexpr size_t kGroups = 8;  // per chunk: 4 KiB of input, in L1 between the two phases
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
   const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
   const ElementLanes scaleLanes = lanesFor(e4m3);
   const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
   const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff), atOverflow = _mm256_sub_epi32(l.overflow, l.one);
   size_t g = 0;
-  for (; g + 128 <= n; g += 128) {
-    const float* xg = x + g;
-    __m256i m[8];
-    for (int j = 0; j < 8; ++j) {
-      // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
-      _mm_prefetch(reinterpret_cast<const char*>(xg + 16 * j) + 2048, _MM_HINT_T0);
-      m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), l.absMask),
-                              _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), l.absMask));
+  while (g + 128 <= n) {
+    alignas(32) float divisors[kGroups][8];
+    unsigned zero[kGroups], sat[kGroups];
+    size_t groups = 0;
+    bool nonFinite = false;
+    for (; groups < kGroups && g + 128 * (groups + 1) <= n; ++groups) {
+      const float* xg = x + g + 128 * groups;
+      __m256i amax;
+      if (blockMaxBits) {
+        amax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blockMaxBits + (g + 128 * groups) / 16));
+      } else {
+        __m256i m[8];
+        for (int j = 0; j < 8; ++j) {
+          // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
+          _mm_prefetch(reinterpret_cast<const char*>(xg + 16 * j) + 2048, _MM_HINT_T0);
+          m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), l.absMask),
+                                  _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), l.absMask));
+        }
+        amax = laneMaxima8(m);
+      }
+      if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) {
+        nonFinite = true;
+        break;
+      }
+      uint32_t unused = 0;  // a scale's saturation is not an element's
+      const __m256i c = elementCodes(_mm256_div_ps(_mm256_castsi256_ps(amax), vSixT), scaleLanes, unused);
+      const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + (g + 128 * groups) / 16), _mm_packus_epi16(w, w));
+      const __m256 factors = _mm256_mul_ps(elementValues(c, e4m3), vT);
+      const __m256 isZero = _mm256_cmp_ps(factors, _mm256_setzero_ps(), _CMP_EQ_OQ);
+      const __m256 d = _mm256_blendv_ps(factors, _mm256_set1_ps(1.0f), isZero);
+      _mm256_store_ps(divisors[groups], d);
+      zero[groups] = static_cast<unsigned>(_mm256_movemask_ps(isZero));
+      const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), d));
+      sat[groups] = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow)))) &
+                    ~zero[groups];
     }
-    const __m256i amax = laneMaxima8(m);
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) break;
-    uint32_t unused = 0;  // a scale's saturation is not an element's
-    const __m256i c = elementCodes(_mm256_div_ps(_mm256_castsi256_ps(amax), vSixT), scaleLanes, unused);
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + g / 16), _mm_packus_epi16(w, w));
-    const __m256 factors = _mm256_mul_ps(elementValues(c, e4m3), vT);
-    const __m256 isZero = _mm256_cmp_ps(factors, _mm256_setzero_ps(), _CMP_EQ_OQ);
-    const unsigned zero = static_cast<unsigned>(_mm256_movemask_ps(isZero));
-    const __m256 divisors = _mm256_blendv_ps(factors, _mm256_set1_ps(1.0f), isZero);
-    alignas(32) float f[8];
-    _mm256_store_ps(f, divisors);
-    for (int j = 0; j < 8; ++j) {
-      // Divided, not multiplied by a reciprocal: the definition's rounding.
-      const __m256 fj = _mm256_set1_ps(f[j]);
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8));
-      const __m256i y0 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x0, l.absMask)), fj));
-      const __m256i y1 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x1, l.absMask)), fj));
-      storeNibbles16(e2m1Codes(y0, x0, l), e2m1Codes(y1, x1, l), packed + (g + 16 * static_cast<size_t>(j)) / 2);
-    }
-    for (unsigned z = zero; z; z &= z - 1) std::memset(packed + g / 2 + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
-    const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), divisors));
-    for (unsigned sat = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow)))) & ~zero;
-         sat; sat &= sat - 1) {
-      const size_t j = static_cast<size_t>(__builtin_ctz(sat));
-      const __m256 fj = _mm256_set1_ps(f[j]);
-      for (size_t half = 0; half < 16; half += 8) {
-        const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + half)), l.absMask);
-        const __m256i y = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(a), fj));
-        saturated += static_cast<uint64_t>(
-            __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(y, atOverflow))))));
+    for (size_t k = 0; k < groups; ++k) {
+      const float* xg = x + g + 128 * k;
+      uint8_t* pg = packed + (g + 128 * k) / 2;
+      for (int half = 0; half < 8; half += 4) {  // 4 blocks, 64 codes, per store
+        __m256i c[8];
+        for (int b = 0; b < 4; ++b) {
+          const int j = half + b;
+          // With the maxima kept, this loop is the first to read x: no software prefetch (2 KiB ahead into L1,
+          // or 4 KiB and 32 KiB into L2, as the maxima pass asks: 0-15 % slower on Zen 4, which
+          // streams this read on its own hardware prefetchers).
+          // Divided, not multiplied by a reciprocal: the definition's rounding.
+          const __m256 fj = _mm256_broadcast_ss(&divisors[k][j]);
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8));
+          const __m256i y0 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x0, l.absMask)), fj));
+          const __m256i y1 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x1, l.absMask)), fj));
+          c[2 * b] = e2m1Codes(y0, x0, l);
+          c[2 * b + 1] = e2m1Codes(y1, x1, l);
+        }
+        storeNibbles64(c, pg + 8 * half);
+      }
+      for (unsigned z = zero[k]; z; z &= z - 1) std::memset(pg + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
+      for (unsigned s = sat[k]; s; s &= s - 1) {
+        const size_t j = static_cast<size_t>(__builtin_ctz(s));
+        const __m256 fj = _mm256_broadcast_ss(&divisors[k][j]);
+        for (size_t half = 0; half < 16; half += 8) {
+          const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + half)), l.absMask);
+          const __m256i y = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(a), fj));
+          saturated += static_cast<uint64_t>(
+              __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(y, atOverflow))))));
+        }
       }
     }
+    g += 128 * groups;
+    if (nonFinite) break;
   }
   return g;
 }
@@ -454,12 +494,44 @@ BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, E
   return r;
 }
 
+uint32_t nvfp4BlockMaxBits(const float* x, size_t n, uint32_t* maxBits) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  size_t g = 0;
+  for (; g + 128 <= n; g += 128) {
+    __m256i m[8];
+    for (int j = 0; j < 8; ++j) {
+      // The tensor's first read from memory: each line asked for 4 KiB ahead into L1 and 32 KiB ahead
+      // into L2, as the AVX-512 pass does (the reduction between the loads keeps fewer misses in flight).
+      prefetchFloats(x, g + 1024 + 16 * j, g + 1040 + 16 * j, PrefetchInto::L1);
+      prefetchFloats(x, g + 8192 + 16 * j, g + 8208 + 16 * j, PrefetchInto::L2);
+      m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g + 16 * j)), absMask),
+                              _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g + 16 * j + 8)), absMask));
+    }
+    const __m256i b = laneMaxima8(m);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxBits + g / 16), b);
+    acc = _mm256_max_epu32(acc, b);
+  }
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+  uint32_t largest = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+  for (; g < n; g += 16) {
+    uint32_t m = 0;
+    for (size_t i = g; i < std::min(n, g + 16); ++i) m = std::max(m, absBits(x[i]));
+    maxBits[g / 16] = m;
+    largest = std::max(largest, m);
+  }
+  return largest;
+}
+
 BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                      uint8_t* scaleCodes, uint64_t* firstBad) {
+                                      uint8_t* scaleCodes, uint64_t* firstBad,
+                                      const uint32_t* blockMaxBits) {
   // The standard 16-element blocks go through the group encoder; the rest (a last partial group, another
   // block size, a group holding NaN/Inf, which encodeBlocks reports) through encodeBlocks.
   BlocksEncoded r;
-  const size_t done = blockSize == 16 ? encodeNvfp4Groups(x, n, t, packed, scaleCodes, r.saturated) : 0;
+  const size_t done = blockSize == 16 ? encodeNvfp4Groups(x, n, t, blockMaxBits, packed, scaleCodes, r.saturated) : 0;
   if (done == n) {
     r.done = n;
     return r;

@@ -34,8 +34,11 @@ struct BlocksEncoded {
 // encodeMxBlocksPacked / encodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0.
 BlocksEncoded encodeMxBlocksPacked(const float* x, size_t n, size_t blockSize, scalar::ElementFormat fmt,
                                    uint8_t* packed, uint8_t* scaleCodes, uint64_t* firstBad);
+// blockMaxBits, when given (blockSize 16), holds each block's largest magnitude as nvfp4BlockMaxBits found it.
 BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
-                                      uint8_t* scaleCodes, uint64_t* firstBad);
+                                      uint8_t* scaleCodes, uint64_t* firstBad, const uint32_t* blockMaxBits = nullptr);
+// nvfp4BlockMaxBits of microscaling_kernels.h for 16-element blocks.
+uint32_t nvfp4BlockMaxBits(const float* x, size_t n, uint32_t* maxBits);
 
 // decodeMxBlocksPacked / decodeNvfp4BlocksPacked of microscaling_kernels.h for blockSize % 8 == 0, over
 // the whole blocks: returns the values decoded (the caller decodes a short
