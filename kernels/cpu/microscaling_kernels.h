@@ -39,13 +39,13 @@ uint64_t encodeNvfp4Blocks(const float* x, size_t n, size_t blockSize, float t, 
 uint64_t encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize, float t, uint8_t* packed,
                                  uint8_t* scaleCodes, uint64_t* firstBad = nullptr,
                                  const uint32_t* blockMaxBits = nullptr);
-// Whether encodeNvfp4BlocksPacked on the active path (cpu_path.h) reads blockMaxBits: AVX-512 with
-// 16-element blocks. Elsewhere keeping them would cost a store for nothing.
+// Whether encodeNvfp4BlocksPacked on the active path (cpu_path.h) reads blockMaxBits: AVX-512 or AVX2
+// with 16-element blocks. Elsewhere keeping them would cost a store for nothing.
 bool nvfp4EncodeUsesBlockMaxima(size_t blockSize);
 // maxBits[b] = the largest magnitude (fp32 bits) of block b of x (the last may be short), found by the
 // same pass that returns the largest of them all (>= Inf's bits when x holds NaN or Inf): NVFP4's pass
-// for the tensor scale, in about the time of absMax on AVX-512 (the reductions hide under its memory
-// stalls on the Xeon; on Zen 4 once the lines are asked for into L2 far ahead).
+// for the tensor scale, in about the time of absMax on AVX-512 and AVX2 (the reductions hide under its
+// memory stalls on the Xeon; on Zen 4 once the lines are asked for into L2 far ahead).
 uint32_t nvfp4BlockMaxBits(const float* x, size_t n, size_t blockSize, uint32_t* maxBits);
 void decodeNvfp4Block(const uint8_t* codes, size_t n, uint8_t scaleCode, float t, float* out, bool accumulate);
 
