@@ -727,6 +727,51 @@ def a_backward_whose_last_bucket_ddp_skips_still_counts_as_a_step(rank, group):
 
 
 @check(2)
+def a_ddp_that_delays_all_reduces_needs_a_hook_group_of_its_own(rank, group):
+    # delay_all_reduce_named_params: DDP leaves the named parameters out of its buckets and all-reduces
+    # their gradients itself, from another parameter's gradient hook, on its own group, during backward.
+    # On that group the DDP hook's worker thread may be exchanging a bucket at the same moment (the
+    # collectives would pair wrongly between ranks, as with find_unused_parameters' map), so the hook
+    # refuses it; on a group of its own it reduces the buckets and DDP the delayed parameters: the same
+    # gradients, bit for bit at two ranks, as DDP alone with the same delay.
+    data = batches(rank, 3)
+
+    def delayed_ddp():
+        net = make_net()
+        named = dict(net.named_parameters())
+        # fc2's gradients are complete before fc1.weight's hook fires (backward reaches fc1 after fc2).
+        return torch.nn.parallel.DistributedDataParallel(
+            net, process_group=group, delay_all_reduce_named_params=[(n, named[n]) for n in ("fc2.weight", "fc2.bias")],
+            param_to_hook_all_reduce=named["fc1.weight"])
+
+    def grads_of(ddp):
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        grads = []
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            # DDP's delayed all-reduce is asynchronous and nothing waits for it; a gloo barrier completes
+            # the group's earlier work first.
+            dist.barrier(group=group)
+            grads.append(torch.cat([p.grad.reshape(-1).clone() for p in ddp.parameters()]))
+            opt.step()
+        return grads
+
+    rejected(lambda: gt.DDPState(delayed_ddp(), codec="none", process_group=group), "delay_all_reduce_named_params",
+             "the DDP hook on the group of a DDP with delay_all_reduce_named_params")
+    ref = grads_of(delayed_ddp())
+    hook_group = dist.new_group(list(range(dist.get_world_size(group))), timeout=CHECK_TIMEOUT)
+    ddp = delayed_ddp()
+    state = gt.DDPState(ddp, codec="none", error_feedback="ef", process_group=hook_group, min_numel=0)
+    ddp.register_comm_hook(state, gt.ddp_hook)
+    got = grads_of(ddp)
+    expect(state.state_dict()["iter"] == len(data), f"iteration {state.state_dict()['iter']} after {len(data)} steps")
+    state.close()
+    for step, (a, b) in enumerate(zip(ref, got)):
+        expect(torch.equal(a, b), f"step {step}: max |diff| {float((a - b).abs().max())}")
+
+
+@check(2)
 def ranks_resumed_at_different_iterations_fail_on_every_rank(rank, group):
     # Each rank loads its own checkpoint: one a step behind the other is a CollectiveMismatch naming the
     # iteration on every rank, before anything moves (dgc's warm-up and PowerSGD's start_iter size their
