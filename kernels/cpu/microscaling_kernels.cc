@@ -219,6 +219,7 @@ bool nvfp4EncodeUsesBlockMaxima(size_t blockSize) {
 #if GRADCOMP_CPU_AVX2_MICROSCALING
   return blockSize == 16 && activeCpuPath() >= CpuPath::Avx2;
 #else
+  (void)blockSize;
   return false;
 #endif
 }

@@ -3,7 +3,9 @@
 // (the sign is masked off) and so is every threshold, so the signed compare gives the same answer.
 // Codes are packed without leaving registers: 8-bit by two unsigned narrowings, 6-bit by two
 // multiply-adds that join neighbours (into 12 bits, then 24) and a byte shuffle, 4-bit by moving each odd
-// element's code beside the even one's within a 64-bit lane, then the same narrowings.
+// element's code beside the even one's within a 64-bit lane, then the same narrowings (NVFP4's group
+// encoder: 64 codes at a time narrowed to bytes first, neighbours joined by one multiply-add,
+// storeNibbles64).
 #include "kernels/cpu/microscaling_kernels_avx2.h"
 
 #if GRADCOMP_CPU_AVX2_MICROSCALING
@@ -216,7 +218,7 @@ inline __m256i e2m1Codes(__m256i a, __m256i xb, const ElementLanes& l) {
 // last partial group or a group whose maximum is not finite; returns the elements encoded.
 size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* blockMaxBits, uint8_t* packed,
                          uint8_t* scaleCodes, uint64_t& saturated) {
-  constexpr size_t kGroups = 8;  // per chunk: 4 KiB of input, in L1 between the two phases
+  constexpr size_t kGroups = 8;  // per chunk: 4 KiB of input (without kept maxima, in L1 between the phases)
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
   const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
   const ElementLanes scaleLanes = lanesFor(e4m3);
@@ -237,7 +239,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
         __m256i m[8];
         for (int j = 0; j < 8; ++j) {
           // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
-          _mm_prefetch(reinterpret_cast<const char*>(xg + 16 * j) + 2048, _MM_HINT_T0);
+          prefetchFloats(xg, 16 * j + 512, 16 * j + 528, PrefetchInto::L1);
           m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), l.absMask),
                                   _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), l.absMask));
         }
@@ -263,7 +265,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
     for (size_t k = 0; k < groups; ++k) {
       const float* xg = x + g + 128 * k;
       uint8_t* pg = packed + (g + 128 * k) / 2;
-      for (int half = 0; half < 8; half += 4) {  // 4 blocks, 64 codes, per store
+      for (int half = 0; half < 8; half += 4) {  // 4 blocks, 64 codes, packed together
         __m256i c[8];
         for (int b = 0; b < 4; ++b) {
           const int j = half + b;

@@ -91,6 +91,23 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
         EXPECT_EQ(scaleCodes, p.scaleCodes);
         EXPECT_EQ(saturated, p.saturated);
       }
+      // A tile that starts 3 blocks in (the codec's tiles start on a block, not on a group), given the
+      // maxima from that block on: the bytes and first NaN/Inf of the same tile encoded without them.
+      const size_t skip = 3 * blockSize;
+      if (n > skip) {
+        std::vector<uint8_t> tileCodes(n + 16, 0xee), tileScales(blocks, 0), keptCodes(n + 16, 0xee), keptScales(blocks, 0);
+        uint64_t tileBad = ~uint64_t{0}, keptBad = ~uint64_t{0};
+        const uint64_t tileSaturated = encodeNvfp4BlocksPacked(x.data() + skip, n - skip, blockSize, t, tileCodes.data(),
+                                                               tileScales.data(), &tileBad);
+        const uint64_t keptSaturated = encodeNvfp4BlocksPacked(x.data() + skip, n - skip, blockSize, t, keptCodes.data(),
+                                                               keptScales.data(), &keptBad, maxBits.data() + 3);
+        EXPECT_EQ(keptBad, tileBad);
+        if (tileBad == ~uint64_t{0}) {
+          EXPECT_EQ(keptCodes, tileCodes);
+          EXPECT_EQ(keptScales, tileScales);
+          EXPECT_EQ(keptSaturated, tileSaturated);
+        }
+      }
     }
     if (p.firstBad != ~uint64_t{0}) return p;
     // Decode what the scalar path wrote (the same bytes, checked above), so a decoder is compared on
@@ -134,6 +151,9 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
   for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
   // Whole groups of 16 NVFP4 blocks (the AVX-512 group encoder), one exactly, then with a remainder.
   for (const size_t n : {256, 528, 4099}) lengths.push_back(n);
+  // The AVX2 NVFP4 encoder's chunks of 8 groups of 128 values: a whole chunk and a partial one (its NaN at
+  // 1066, in the second chunk's first group), and 8 + 8 + 7 groups and a tail.
+  for (const size_t n : {1600, 3001}) lengths.push_back(n);
   // NVFP4's tensor scale: a usual one, one so small that most block scales saturate (every code counted
   // by the group encoder's saturation path) and one so large that most are zero (its zero-factor path).
   const float tensorScales[] = {0.0125f, 0x1p-126f, 0x1p100f};
