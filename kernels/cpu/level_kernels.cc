@@ -1,6 +1,7 @@
 #include "kernels/cpu/level_kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,7 @@
 #define GRADCOMP_HAVE_AVX2 1
 #endif
 
+#include "kernels/cpu/avx2_block_steps.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/block_scale_kernels_avx512.h"
@@ -102,28 +104,52 @@ float encodeQsgdBlockOfSum(const float* x, size_t n, int bits, double sumSquares
   return encodeQsgdBlockOfNorm(x, n, bits, scalar::qsgdWireNorm(sumSquares, scalar::qsgdLevels(bits)), uniforms, codes);
 }
 
+#ifdef GRADCOMP_HAVE_AVX2
+namespace {
+
+// qsgdCode on 8 lanes for a norm whose ratio needs no pre-scaling (RatioScaling::pre == 1): floor, clamp
+// to s, sign bit only for nonzero levels.
+struct QsgdLanes {
+  __m256 to, s, zero, absMask;
+  __m256i signCode;
+  QsgdLanes(float inv, int bits)
+      : to(_mm256_set1_ps(inv)),
+        s(_mm256_set1_ps(static_cast<float>(scalar::qsgdLevels(bits)))),
+        zero(_mm256_setzero_ps()),
+        absMask(_mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))),
+        signCode(_mm256_set1_epi32(1 << (bits - 1))) {}
+  // The codes of x[0 .. 7] with uniforms u[0 .. 7], one per 32-bit lane.
+  __m256i codes(const float* x, const float* u) const {
+    const __m256 v = _mm256_loadu_ps(x);
+    // |x| inv + u is positive, so its floor is the truncating conversion's; capped at s first (for an
+    // integral s, min(floor(a), s) = floor(min(a, s))): no vroundps, two micro-ops on Intel cores.
+    const __m256i level =
+        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), to), _mm256_loadu_ps(u)), s));
+    const __m256i negative =
+        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)), _mm256_cmpgt_epi32(level, _mm256_setzero_si256()));
+    // signbit(x) for x = -0.0 is set but then level is 0, so `x < 0` gives the same code.
+    return _mm256_or_si256(level, _mm256_and_si256(negative, signCode));
+  }
+};
+
+// 8 codes (each at most 0xff) to 8 bytes at out.
+inline void storeBytes8(__m256i code, uint8_t* out) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+}  // namespace
+#endif
+
 float encodeQsgdBlockOfNorm(const float* x, size_t n, int bits, float norm, const float* uniforms, uint8_t* codes) {
   const int s = scalar::qsgdLevels(bits);
   const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norm);
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
-  // The scalar loop below on 8 lanes: floor, clamp to s, sign bit only for nonzero levels. Norms outside
-  // 2^-100 .. 2^100 (pre != 1) take the scalar loop.
-  const __m256 vTo = _mm256_set1_ps(toLevel.inv), vS = _mm256_set1_ps(static_cast<float>(s)), zero = _mm256_setzero_ps();
-  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i signCode = _mm256_set1_epi32(1 << (bits - 1));
-  for (; toLevel.pre == 1.0f && i0 + 8 <= n; i0 += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i0);
-    // |x| inv + u is positive, so its floor is the truncating conversion's; capped at s first (for an
-    // integral s, min(floor(a), s) = floor(min(a, s))): no vroundps, two micro-ops on Intel cores.
-    const __m256i level = _mm256_cvttps_epi32(
-        _mm256_min_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), vTo), _mm256_loadu_ps(uniforms + i0)), vS));
-    const __m256i negative = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)),
-                                              _mm256_cmpgt_epi32(level, _mm256_setzero_si256()));
-    // signbit(x) for x = -0.0 is set but then level is 0, so `x < 0` gives the same code.
-    const __m256i code = _mm256_or_si256(level, _mm256_and_si256(negative, signCode));
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
+  // The scalar loop below on 8 lanes. Norms outside 2^-100 .. 2^100 (pre != 1) take the scalar loop.
+  if (toLevel.pre == 1.0f) {
+    const QsgdLanes lanes(toLevel.inv, bits);
+    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, uniforms + i0), codes + i0);
   }
 #endif
   for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::qsgdCode(x[i], toLevel, bits, uniforms[i]));
@@ -201,27 +227,94 @@ void packedThroughScratch(size_t n, int bits, uint8_t* packed, Encode&& encode) 
 
 }  // namespace
 
+#ifdef GRADCOMP_HAVE_AVX2
+namespace {
+
+// avx512::qsgdCodesPacked on 8 lanes (bits 4 or 8): the codes packed in registers, 64 at a time for 4 bits
+// (storeNibbles64), then 16; 8 at a time for 8 bits. Returns the values encoded (a multiple of 16 for 4
+// bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to scratch and packed them in a
+// second pass (docs/notes.md, twenty-fourth part).
+size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed) {
+  const QsgdLanes lanes(inv, bits);
+  size_t i = 0;
+  if (bits == 8) {
+    for (; i + 8 <= n; i += 8) storeBytes8(lanes.codes(x + i, uniforms + i), packed + i);
+    return i;
+  }
+  for (; i + 64 <= n; i += 64) {
+    __m256i c[8];
+    for (size_t k = 0; k < 8; ++k) c[k] = lanes.codes(x + i + 8 * k, uniforms + i + 8 * k);
+    storeNibbles64(c, packed + i / 2);
+  }
+  for (; i + 16 <= n; i += 16)
+    storeNibbles16(lanes.codes(x + i, uniforms + i), lanes.codes(x + i + 8, uniforms + i + 8), packed + i / 2);
+  return i;
+}
+
+// b with a zero bit after each of its 8 bits: bit j to bit 2j. Terngrad's kept-positive and kept-negative
+// masks become the low and high bits of its 2-bit codes (where AVX-512 uses pdep, which Zen 1 and 2 run
+// in microcode).
+constexpr std::array<uint16_t, 256> kSpreadBits = [] {
+  std::array<uint16_t, 256> t{};
+  for (uint32_t b = 0; b < 256; ++b)
+    for (uint32_t j = 0; j < 8; ++j) t[b] |= static_cast<uint16_t>(((b >> j) & 1u) << (2 * j));
+  return t;
+}();
+
+inline uint64_t spreadBits32(uint32_t m) {
+  return uint64_t{kSpreadBits[m & 0xff]} | uint64_t{kSpreadBits[(m >> 8) & 0xff]} << 16 |
+         uint64_t{kSpreadBits[(m >> 16) & 0xff]} << 32 | uint64_t{kSpreadBits[m >> 24]} << 48;
+}
+
+// avx512::ternCodesPacked on 8 lanes: per vector two masks by movemask, kept (u < fl(|x| inv)) and
+// negative (the sign bit); 32 codes a 64-bit word, their bits interleaved by the table above. Returns the
+// values encoded (a multiple of 32); the caller encodes the rest.
+size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
+  const __m256 vInv = _mm256_set1_ps(inv);
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint32_t keep = 0, negative = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+      const __m256 kept = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i + 8 * k), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
+      keep |= static_cast<uint32_t>(_mm256_movemask_ps(kept)) << (8 * k);
+      negative |= static_cast<uint32_t>(_mm256_movemask_ps(v)) << (8 * k);
+    }
+    const uint64_t word = spreadBits32(keep & ~negative) | spreadBits32(keep & negative) << 1;
+    std::memcpy(packed + i / 4, &word, sizeof word);
+  }
+  return i;
+}
+
+}  // namespace
+#endif
+
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
                           const float* uniforms, uint8_t* packed) {
-#if GRADCOMP_CPU_AVX512_KERNELS
-  if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0 && (bits == 4 || bits == 8)) {
-    // Every block starts on a byte (16 codes fill whole bytes); its codes go 16 at a time from registers,
-    // a short last block's tail (and a block whose norm needs the normalized ratio) by the scalar rule.
+  // Whole blocks of a multiple of 16 start on a byte (16 codes fill whole bytes); their codes go from
+  // registers, a short last block's tail (and a block whose norm needs the normalized ratio) by the scalar
+  // rule.
+  const auto inRegisters = [&](auto&& codesPacked) {
     const int s = scalar::qsgdLevels(bits);
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
       const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norms[block]);
       uint8_t* out = packed + b0 * static_cast<size_t>(bits) / 8;
-      const size_t done =
-          toLevel.pre == 1.0f ? avx512::qsgdCodesPacked(x + b0, len, bits, toLevel.inv, uniforms + b0, out) : 0;
+      const size_t done = toLevel.pre == 1.0f ? codesPacked(x + b0, len, bits, toLevel.inv, uniforms + b0, out) : 0;
       if (done < len)
         packedThroughScratch(len - done, bits, out + done * static_cast<size_t>(bits) / 8, [&](uint8_t* codes) {
           for (size_t i = done; i < len; ++i)
             codes[i - done] = static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms[b0 + i]));
         });
     }
-    return;
-  }
+  };
+  const bool packable = blockSize % 16 == 0 && (bits == 4 || bits == 8);
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (packable && activeCpuPath() == CpuPath::Avx512) return inRegisters(avx512::qsgdCodesPacked);
+#endif
+#ifdef GRADCOMP_HAVE_AVX2
+  if (packable && activeCpuPath() >= CpuPath::Avx2) return inRegisters(qsgdCodesPackedAvx2);
 #endif
   packedThroughScratch(n, bits, packed, [&](uint8_t* codes) {
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block)
@@ -231,17 +324,17 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
 
 size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
                             uint8_t* packed) {
-#if GRADCOMP_CPU_AVX512_KERNELS
-  if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0) {
+  // Blocks of a multiple of 16 start on a byte (4 codes a byte); their codes go from registers, a short
+  // last block's tail (and a block whose maximum needs the normalized ratio) by the scalar rule.
+  const auto inRegisters = [&](auto&& maxAbsOf, auto&& codesPacked) -> size_t {
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
-      // The maximum on 16 lanes (blockAmax's 8 took a sixth of the encode): the same bits, order-free.
-      const float maxAbs = scalar::bitsToFloat(avx512::maxAbsBits(x + b0, len));
+      const float maxAbs = maxAbsOf(x + b0, len);
       if (!scalar::isFiniteBits(scalar::floatBits(maxAbs))) return b0 + scalar::firstNonFiniteIndex(x + b0, len);
       maxima[block] = maxAbs;
       const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
       uint8_t* out = packed + b0 / 4;
-      const size_t done = inv.pre == 1.0f ? avx512::ternCodesPacked(x + b0, len, inv.inv, uniforms + b0, out) : 0;
+      const size_t done = inv.pre == 1.0f ? codesPacked(x + b0, len, inv.inv, uniforms + b0, out) : 0;
       if (done < len)
         packedThroughScratch(len - done, 2, out + done / 4, [&](uint8_t* codes) {
           for (size_t i = done; i < len; ++i)
@@ -249,7 +342,16 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
         });
     }
     return n;
-  }
+  };
+#if GRADCOMP_CPU_AVX512_KERNELS
+  if (activeCpuPath() == CpuPath::Avx512 && blockSize % 16 == 0)
+    // The maximum on 16 lanes (blockAmax's 8 took a sixth of the encode): the same bits, order-free.
+    return inRegisters([](const float* p, size_t len) { return scalar::bitsToFloat(avx512::maxAbsBits(p, len)); },
+                       avx512::ternCodesPacked);
+#endif
+#ifdef GRADCOMP_HAVE_AVX2
+  if (activeCpuPath() >= CpuPath::Avx2 && blockSize % 16 == 0)
+    return inRegisters([](const float* p, size_t len) { return blockAmax(p, len); }, ternCodesPackedAvx2);
 #endif
   size_t bad = n;
   packedThroughScratch(n, 2, packed, [&](uint8_t* codes) {
