@@ -87,6 +87,23 @@ inline void storeNibbles64(const __m256i* c, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(lo, hi));
 }
 
+// 64 codes of 2 bits (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each at most 3) to 16 bytes at
+// out, byte k = codes 4k .. 4k + 3 from its low bits up: narrowed to bytes by three packs (lane 0 holds
+// codes 0-3 of each c[v], lane 1 codes 4-7), four neighbours joined by two multiply-adds (lo + 4 hi, then
+// lo + 16 hi), two packs to one byte per 4 codes (lane 0: codes 0-3 of c[0..7], lane 1: codes 4-7), and
+// the lanes' bytes interleaved into element order.
+inline void storeTwoBitCodes64(const __m256i* c, uint8_t* out) {
+  const __m256i pairs = _mm256_set1_epi16(0x0401), quads = _mm256_set1_epi32(0x00100001);
+  const auto joined = [&](const __m256i* v) {
+    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(b, pairs), quads);  // one 8-bit value per 32-bit lane
+  };
+  const __m256i w = _mm256_packus_epi32(joined(c), joined(c + 4));
+  const __m256i bytes = _mm256_packus_epi16(w, w);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_unpacklo_epi8(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1)));
+}
+
 // 8 codes of 4 bits to 4 bytes at out.
 inline void storeNibbles8(__m256i codes, uint8_t* out) {
   const __m128i a = nibblePairs(codes);
