@@ -1,6 +1,6 @@
 // Steps the AVX2 block encoders share (block_scale_kernels.cc's int4, microscaling_kernels_avx2.cc's MX /
-// NVFP4): a block's largest magnitude, the largest magnitudes of 8 blocks at once, and the packing of
-// 4-bit codes held one per 32-bit lane.
+// NVFP4, level_kernels.cc's qsgd and terngrad): a block's largest magnitude, the largest magnitudes of 8
+// blocks at once, and the packing of 4-bit and 2-bit codes held one per 32-bit lane.
 #pragma once
 
 #if defined(__AVX2__)

@@ -231,8 +231,8 @@ namespace {
 
 // avx512::qsgdCodesPacked on 8 lanes (bits 4 or 8): the codes packed in registers, 64 at a time for 4 bits
 // (storeNibbles64), then 16; 8 at a time for 8 bits. Returns the values encoded (a multiple of 16 for 4
-// bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to scratch and packed them in a
-// second pass (docs/notes.md, twenty-fourth part).
+// bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to
+// scratch and packed them in a second pass (docs/notes.md, twenty-fourth part).
 size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed) {
   const QsgdLanes lanes(inv, bits);
   size_t i = 0;
@@ -251,25 +251,34 @@ size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const 
 }
 
 // avx512::ternCodesPacked on 8 lanes: code 1 for a kept x (u < fl(|x| inv)) with a clear sign bit, 2 for
-// one with it set, 0 otherwise, 64 codes packed at a time (storeTwoBitCodes64). Returns the values encoded
-// (a multiple of 64); the caller encodes the rest. (Two movemasks per vector with the bits interleaved by
-// table lookups, as AVX-512's pdep does, put about 1.4 scalar instructions per value on the integer
-// ports: slower than the byte codes and the packing pass they replaced, 9.6 -> 10.9 ms per 16M values.)
+// one with it set, 0 otherwise, 64 codes packed at a time (storeTwoBitCodes64), then 16. Returns the
+// values encoded (a multiple of 16); the caller encodes the rest. (Two movemasks per vector with the bits
+// interleaved by table lookups, as AVX-512's pdep does, put about 1.4 scalar instructions per value on
+// the integer ports: slower than the byte codes and the packing pass they replaced, 9.6 -> 10.9 ms per
+// 16M values.)
 size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
   const __m256 vInv = _mm256_set1_ps(inv);
   const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i one = _mm256_set1_epi32(1);
+  const auto codes = [&](size_t i) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
+    // 1 + the sign bit (as std::signbit), where kept.
+    return _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, _mm256_srli_epi32(_mm256_castps_si256(v), 31)));
+  };
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m256i c[8];
-    for (size_t k = 0; k < 8; ++k) {
-      const __m256 v = _mm256_loadu_ps(x + i + 8 * k);
-      const __m256 keep =
-          _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i + 8 * k), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
-      // 1 + the sign bit (as std::signbit), where kept.
-      c[k] = _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, _mm256_srli_epi32(_mm256_castps_si256(v), 31)));
-    }
+    for (size_t k = 0; k < 8; ++k) c[k] = codes(i + 8 * k);
     storeTwoBitCodes64(c, packed + i / 4);
+  }
+  // 16 at a time for a block's rest (and blocks of 16, 32, 48): the same packing, 6 vectors of zeros.
+  for (; i + 16 <= n; i += 16) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i c[8] = {codes(i), codes(i + 8), zero, zero, zero, zero, zero, zero};
+    alignas(16) uint8_t bytes[16];
+    storeTwoBitCodes64(c, bytes);
+    std::memcpy(packed + i / 4, bytes, 4);
   }
   return i;
 }

@@ -36,13 +36,14 @@ float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* 
 void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, bool accumulate);
 
 // A codec tile at once, the codes packed LSB-first from bit 0 of `packed` (the tile starts on a byte),
-// with the bytes of encodeQsgdBlockOfSum / encodeTernBlock followed by packBits. On the avx512 path with
-// blocks a multiple of 16 the codes go from registers into `packed` (level_kernels_avx512.h).
+// with the bytes of encodeQsgdBlockOfSum / encodeTernBlock followed by packBits. On the avx512 and avx2
+// paths with blocks a multiple of 16 the codes go from registers into `packed` (level_kernels_avx512.h,
+// and the AVX2 twins in level_kernels.cc; qsgd at 4 or 8 bits).
 // QSGD: norms[b] is block b's wire norm (scalar::qsgdWireNorm of its sum of squares).
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
                           const float* uniforms, uint8_t* packed);
-// TernGrad: writes maxima[b]; returns the index of the first NaN/Inf (then the codes are unspecified),
-// or n.
+// TernGrad: writes maxima[b] of the blocks before the first NaN/Inf; returns its index (then the codes
+// and the later maxima are unspecified), or n.
 size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
                             uint8_t* packed);
 // TernGrad's decode of a tile packed as encodeTernTilePacked writes it: out (=|+=) decodeTernBlock's values.

@@ -566,21 +566,27 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
   lengths.push_back(4099);
   size_t compared = 0;
   for (const int bits : {4, 8, 0}) {  // 0: terngrad
-    for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{16}, size_t{24}})
+    // 48, 80, 96: whole blocks that are 64-code steps and a rest of 16 or 32 (the AVX2 packers' second loop).
+    for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{16}, size_t{24}, size_t{48}, size_t{80}, size_t{96}})
       for (const size_t n : lengths)
         for (const bool nonFinite : {false, true})
           for (const bool moderate : {false, true}) {
             if (nonFinite && (n == 0 || bits != 0)) continue;  // qsgd's finite check is its caller's (the sums)
-            // moderate: the long inputs again without the values near FLT_MAX, which put nearly every
-            // 512-value block's norm past 2^100, where qsgd's ratio takes the scalar rule; so the vector
-            // loops (qsgd's 128-code packing among them) see long blocks too.
-            if (moderate && n < 128) continue;
+            // moderate: the inputs again without the values near FLT_MAX, which put nearly every long
+            // block's norm past 2^100, where qsgd's ratio takes the scalar rule; so the vector loops (the
+            // 64-code packing and its 16-code rest among them) see long blocks too.
+            if (moderate && n < 65) continue;
             SCOPED_TRACE(::testing::Message() << "bits " << bits << " block " << blockSize << " n " << n
                                               << " nonFinite " << nonFinite << " moderate " << moderate);
             auto x = inputs(n, n * 17 + static_cast<uint64_t>(bits), nonFinite);
-            if (moderate)
+            if (moderate) {
               for (float& v : x)
                 if (std::isfinite(v) && std::fabs(v) > 1e30f) v = v > 0 ? 1.5f : -2.5f;  // the NaN/Inf stays
+              // One block of values near 2^-120: its norm (or maximum) below 2^-100, where the ratio takes
+              // the scalar rule's pre-scaling, between vector blocks.
+              for (size_t i = blockSize; i < std::min(n, 2 * blockSize); ++i)
+                if (std::isfinite(x[i])) x[i] = (i % 3 == 0 ? -0x1.8p-120f : 0x1.2p-121f) * static_cast<float>(1 + i % 5);
+            }
             const LevelTile want = runLevel(CpuPath::Scalar, bits, x, blockSize);
             const LevelTile got = runLevel(GetParam(), bits, x, blockSize);
             ASSERT_EQ(got.firstBad, want.firstBad);
