@@ -291,7 +291,7 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
   // Whole blocks of a multiple of 16 start on a byte (16 codes fill whole bytes); their codes go from
   // registers, a short last block's tail (and a block whose norm needs the normalized ratio) by the scalar
   // rule.
-  const auto inRegisters = [&](auto&& codesPacked) {
+  [[maybe_unused]] const auto inRegisters = [&](auto&& codesPacked) {
     const int s = scalar::qsgdLevels(bits);
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
@@ -305,7 +305,7 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
         });
     }
   };
-  const bool packable = blockSize % 16 == 0 && (bits == 4 || bits == 8);
+  [[maybe_unused]] const bool packable = blockSize % 16 == 0 && (bits == 4 || bits == 8);
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (packable && activeCpuPath() == CpuPath::Avx512) return inRegisters(avx512::qsgdCodesPacked);
 #endif
@@ -322,7 +322,7 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
                             uint8_t* packed) {
   // Blocks of a multiple of 16 start on a byte (4 codes a byte); their codes go from registers, a short
   // last block's tail (and a block whose maximum needs the normalized ratio) by the scalar rule.
-  const auto inRegisters = [&](auto&& maxAbsOf, auto&& codesPacked) -> size_t {
+  [[maybe_unused]] const auto inRegisters = [&](auto&& maxAbsOf, auto&& codesPacked) -> size_t {
     for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
       const float maxAbs = maxAbsOf(x + b0, len);
