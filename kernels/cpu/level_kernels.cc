@@ -137,6 +137,20 @@ inline void storeBytes8(__m256i code, uint8_t* out) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
+// ternCode on 8 lanes for a maximum whose ratio needs no pre-scaling: 1 for a kept positive, 2 for a kept
+// negative (the sign bit, as std::signbit), 0 otherwise; kept where u < fl(|x| inv).
+struct TernLanes {
+  __m256 inv, absMask;
+  __m256i one;
+  explicit TernLanes(float scale)
+      : inv(_mm256_set1_ps(scale)), absMask(_mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))), one(_mm256_set1_epi32(1)) {}
+  __m256i codes(const float* x, const float* u) const {
+    const __m256 v = _mm256_loadu_ps(x);
+    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(u), _mm256_mul_ps(_mm256_and_ps(v, absMask), inv), _CMP_LT_OQ);
+    return _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, _mm256_srli_epi32(_mm256_castps_si256(v), 31)));
+  }
+};
+
 }  // namespace
 #endif
 
@@ -176,17 +190,9 @@ float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* 
   size_t i0 = 0;
 #ifdef GRADCOMP_HAVE_AVX2
   // Block maxima outside 2^-100 .. 2^100 (pre != 1) take the scalar loop.
-  const __m256 vInv = _mm256_set1_ps(inv.inv);
-  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i one = _mm256_set1_epi32(1);
-  for (; inv.pre == 1.0f && i0 + 8 <= n; i0 += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i0);
-    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i0), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
-    // 1 for a kept positive, 2 for a kept negative (sign bit, as std::signbit), 0 otherwise.
-    const __m256i neg = _mm256_srli_epi32(_mm256_castps_si256(v), 31);
-    const __m256i code = _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, neg));
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packus_epi16(w, w));
+  if (inv.pre == 1.0f) {
+    const TernLanes lanes(inv.inv);
+    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, uniforms + i0), codes + i0);
   }
 #endif
   for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::ternCode(x[i], inv, uniforms[i]));
@@ -257,15 +263,8 @@ size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const 
 // the integer ports: slower than the byte codes and the packing pass they replaced, 9.6 -> 10.9 ms per
 // 16M values.)
 size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
-  const __m256 vInv = _mm256_set1_ps(inv);
-  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i one = _mm256_set1_epi32(1);
-  const auto codes = [&](size_t i) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(uniforms + i), _mm256_mul_ps(_mm256_and_ps(v, absMask), vInv), _CMP_LT_OQ);
-    // 1 + the sign bit (as std::signbit), where kept.
-    return _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, _mm256_srli_epi32(_mm256_castps_si256(v), 31)));
-  };
+  const TernLanes lanes(inv);
+  const auto codes = [&](size_t i) { return lanes.codes(x + i, uniforms + i); };
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m256i c[8];
