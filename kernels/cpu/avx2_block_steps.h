@@ -12,6 +12,14 @@
 
 namespace gradcomp::cpu {
 
+// The largest of 8 unsigned 32-bit lanes.
+inline uint32_t largestLane(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
 // max |x[i]| as fp32 bits over len values, len a multiple of 8.
 inline uint32_t blockMaxAbsBitsAvx2(const float* x, size_t len) {
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
@@ -23,10 +31,7 @@ inline uint32_t blockMaxAbsBitsAvx2(const float* x, size_t len) {
     if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
     acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
   }
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+  return largestLane(acc);
 }
 
 // Lane by lane, the largest |x| bits over len values (len a multiple of 8): lane l holds the maximum of

@@ -40,18 +40,12 @@ float blockAmax(const float* x, size_t n) {
   uint32_t m = 0;
   size_t i = 0;
 #ifdef GRADCOMP_HAVE_AVX2
-  // Max of |x| bits (unsigned compare), 8 lanes, then a horizontal max: order-free, so exact.
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-  __m256i acc = _mm256_setzero_si256();
-  for (; i + 8 <= n; i += 8) {
-    // The line 2 KiB ahead is asked for: see blockMaxAbsBitsAvx2 (a whole tensor's amax, NVFP4's first pass, is
-    // one long stream).
-    if (i % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(x + i) + 2048, _MM_HINT_T0);
-    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absMask));
-  }
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
-  for (uint32_t l : lanes) m = std::max(m, l);
+  // Max of |x| bits (unsigned compare), 8 lanes, then a horizontal max: order-free, so exact. The line
+  // 2 KiB ahead is asked for (a whole tensor's amax, NVFP4's first pass, is one long stream). (The same
+  // loop on two chains with a prefetch per 16 values, no test per vector, made int8 nearest encode,
+  // which streams its blocks from memory through here, slower: 3.96 -> 4.53 ms per 16M values.)
+  i = n - n % 8;
+  if (i) m = blockMaxAbsBitsAvx2(x, i);
 #endif
   for (; i < n; ++i) m = std::max(m, absBits(x[i]));
   return bitsToFloat(m);
@@ -330,10 +324,68 @@ static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float
 }
 #endif
 
+#ifdef GRADCOMP_HAVE_AVX2
+// A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
+// the tail.
+static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float top, const float* uniforms,
+                                  int8_t* codes, float* residual) {
+  const int maxCode = static_cast<int>(top);
+  size_t i0 = 0;
+  // The scalar loop's roundings: stochastic floor(x s + u), then the clamp; nearest: the clamp first,
+  // then the conversion's own rounding (to nearest even under the default rounding mode, as nearbyint:
+  // a clamp to integer bounds commutes with it, and vroundps is two micro-ops on Intel cores). Packed
+  // with signed saturation (the values are already within +-maxCode).
+  const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
+  const __m256 vInv = _mm256_set1_ps(1.0f / scale);
+  const auto integerCodes = [&](size_t i) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 scaled = _mm256_mul_ps(v, vScale);
+    const __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i))) : scaled;
+    const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi));
+    // The code's value as the decoder forms it, from the integer code (+0 for code 0: the rounded float
+    // is -0 for x = -0, and x - (-0) is +0 where the definition's x - (+0) is -0).
+    if (residual) _mm256_storeu_ps(residual + i, _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vInv)));
+    return qi;
+  };
+  // 32 codes a store: two in-lane packs of pairs, one more, and a dword permute back to element order
+  // (5 instructions where four 8-code stores took 16; int8 stochastic encode, AVX2 path, docs/notes.md
+  // twenty-fourth part).
+  if (maxCode == 127 && !residual) {
+    // int8 without a residual clamps in the byte domain, once per 32 codes instead of twice per 8: the
+    // rounded values lie in [-128, 128] (|x s| is at most a few ulps above 127, blockScaleFor, plus a
+    // uniform below 1), the packs saturate 128 to 127, and a byte maximum takes -128 to -127: the codes
+    // of the clamp then the conversion (int8 stochastic encode: docs/notes.md, twenty-fifth part).
+    const __m256i lowest = _mm256_set1_epi8(-127);
+    const auto rounded = [&](size_t i) {
+      const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i), vScale);
+      return _mm256_cvtps_epi32(uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i))) : scaled);
+    };
+    for (; i0 + 32 <= n; i0 += 32) {
+      const __m256i a = rounded(i0), b = rounded(i0 + 8), c = rounded(i0 + 16), d = rounded(i0 + 24);
+      const __m256i bytes = _mm256_max_epi8(_mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d)), lowest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i0),
+                          _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+  for (; i0 + 32 <= n; i0 += 32) {
+    const __m256i a = integerCodes(i0), b = integerCodes(i0 + 8), c = integerCodes(i0 + 16), d = integerCodes(i0 + 24);
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i0),
+                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  for (; i0 + 8 <= n; i0 += 8) {
+    const __m256i qi = integerCodes(i0);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
+  }
+  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
+                     residual ? residual + i0 : nullptr);
+}
+#endif
+
 float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
                               bool* nonFinite, float* residual) {
   const float top = static_cast<float>(maxCode);
-  size_t i0 = 0;
 #if GRADCOMP_CPU_AVX512_KERNELS
   // From 128 values a block (int8's default 256): below, the two calls per block cost what the wider
   // lanes save (int4's 64-value blocks measured no faster), and the AVX2 loop below stays.
@@ -361,40 +413,11 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   const float scale = blockScale(amax, top);
 #ifdef GRADCOMP_HAVE_AVX2
   if (activeCpuPath() >= CpuPath::Avx2) {
-    // The scalar loop's roundings: stochastic floor(x s + u), then the clamp; nearest: the clamp first,
-    // then the conversion's own rounding (to nearest even under the default rounding mode, as nearbyint:
-    // a clamp to integer bounds commutes with it, and vroundps is two micro-ops on Intel cores). Packed
-    // with signed saturation (the values are already within +-maxCode).
-    const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
-    const __m256 vInv = _mm256_set1_ps(1.0f / scale);
-    const auto integerCodes = [&](size_t i) {
-      const __m256 v = _mm256_loadu_ps(x + i);
-      const __m256 scaled = _mm256_mul_ps(v, vScale);
-      const __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i))) : scaled;
-      const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi));
-      // The code's value as the decoder forms it, from the integer code (+0 for code 0: the rounded float
-      // is -0 for x = -0, and x - (-0) is +0 where the definition's x - (+0) is -0).
-      if (residual) _mm256_storeu_ps(residual + i, _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vInv)));
-      return qi;
-    };
-    // 32 codes a store: two in-lane packs of pairs, one more, and a dword permute back to element order
-    // (5 instructions where four 8-code stores took 16; int8 stochastic encode, AVX2 path, docs/notes.md
-    // twenty-fourth part).
-    for (; i0 + 32 <= n; i0 += 32) {
-      const __m256i a = integerCodes(i0), b = integerCodes(i0 + 8), c = integerCodes(i0 + 16), d = integerCodes(i0 + 24);
-      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i0),
-                          _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
-    for (; i0 + 8 <= n; i0 += 8) {
-      const __m256i qi = integerCodes(i0);
-      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
-    }
+    symmetricIntCodesAvx2(x, n, scale, top, uniforms, codes, residual);
+    return scale;
   }
 #endif
-  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
-                     residual ? residual + i0 : nullptr);
+  finishSymmetricInt(x, n, scale, top, uniforms, codes, residual);
   return scale;
 }
 
@@ -576,33 +599,62 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
   return encodeSymmetricIntBlock(x, n, 127, uniforms, codes, nonFinite, residual);
 }
 
+// encodeSymmetricIntBlock's steps for int8, phase by phase over groups of kGroup blocks: the maxima
+// (groupMaxima(g0, count, maxBits)), the scales, then the codes (blockCodes(b0, len, scale)), so that
+// each block's chain of dependent steps (its maximum, a division, the codes) overlaps its neighbours'.
+// Returns the values encoded: n, or the first block with a NaN/Inf.
+template <size_t kGroup, class GroupMaxima, class BlockCodes>
+static size_t encodeInt8Groups(size_t n, size_t blockSize, float* scales, GroupMaxima&& groupMaxima,
+                               BlockCodes&& blockCodes) {
+  uint32_t maxBits[kGroup];
+  for (size_t g0 = 0; g0 < n; g0 += kGroup * blockSize) {
+    const size_t count = std::min(kGroup, (n - g0 + blockSize - 1) / blockSize);
+    groupMaxima(g0, count, maxBits);
+    size_t finite = 0;  // blocks before the first non-finite one
+    while (finite < count && isFiniteBits(maxBits[finite])) ++finite;
+    for (size_t j = 0; j < finite; ++j) scales[g0 / blockSize + j] = blockScale(bitsToFloat(maxBits[j]), 127.0f);
+    for (size_t j = 0; j < finite; ++j) {
+      const size_t b0 = g0 + j * blockSize;
+      blockCodes(b0, std::min(blockSize, n - b0), scales[g0 / blockSize + j]);
+    }
+    if (finite < count) return g0 + finite * blockSize;
+  }
+  return n;
+}
+
 size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales, int8_t* codes,
                         float* residual) {
+  // The grouped phases where the input is in cache: stochastic rounding prefetched the tile as it drew the
+  // uniforms, error feedback's x is a g + e tile. Nearest rounding without a residual reads memory block by
+  // block below, its next block's lines asked for as it goes (phased on AVX-512, 3.8-4.0 -> 4.0-4.1 ms).
+  [[maybe_unused]] const auto codesWith = [&](auto blockCodes) {
+    return [&, blockCodes](size_t b0, size_t len, float scale) {
+      blockCodes(x + b0, len, scale, 127.0f, uniforms ? uniforms + b0 : nullptr, codes + b0, residual ? residual + b0 : nullptr);
+    };
+  };
 #if GRADCOMP_CPU_AVX512_KERNELS
-  // encodeSymmetricIntBlock's AVX-512 steps, phase by phase over a group (from 128 values a block, as
-  // there), where the input is in cache: stochastic rounding prefetched the tile as it drew the uniforms,
-  // error feedback's x is a g + e tile. int8 stochastic encode 8.5-8.7 -> 7.8-8.2 ms per 16M values on the
-  // Xeon of 2026-12-04. Nearest rounding without a residual reads memory block by block below, its next
-  // block's lines asked for as it goes (phased, 3.8-4.0 -> 4.0-4.1 ms).
-  if (blockSize >= 128 && (uniforms || residual) && activeCpuPath() == CpuPath::Avx512) {
-    constexpr size_t kGroup = 16;
-    uint32_t maxBits[kGroup];
-    for (size_t g0 = 0; g0 < n; g0 += kGroup * blockSize) {
-      const size_t count = std::min(kGroup, (n - g0 + blockSize - 1) / blockSize);
-      const auto lengthOf = [&](size_t j) { return std::min(blockSize, n - g0 - j * blockSize); };
-      size_t finite = 0;  // blocks before the first non-finite one
-      for (size_t j = 0; j < count; ++j) maxBits[j] = avx512::maxAbsBits(x + g0 + j * blockSize, lengthOf(j));
-      while (finite < count && isFiniteBits(maxBits[finite])) ++finite;
-      for (size_t j = 0; j < finite; ++j) scales[g0 / blockSize + j] = blockScale(bitsToFloat(maxBits[j]), 127.0f);
-      for (size_t j = 0; j < finite; ++j) {
-        const size_t b0 = g0 + j * blockSize;
-        symmetricIntCodesAvx512(x + b0, lengthOf(j), scales[g0 / blockSize + j], 127.0f,
-                                uniforms ? uniforms + b0 : nullptr, codes + b0, residual ? residual + b0 : nullptr);
+  // From 128 values a block, as encodeSymmetricIntBlock: int8 stochastic encode 8.5-8.7 -> 7.8-8.2 ms per
+  // 16M values on the Xeon of 2026-12-04.
+  if (blockSize >= 128 && (uniforms || residual) && activeCpuPath() == CpuPath::Avx512)
+    return encodeInt8Groups<16>(n, blockSize, scales, [&](size_t g0, size_t count, uint32_t* maxBits) {
+      for (size_t j = 0; j < count; ++j)
+        maxBits[j] = avx512::maxAbsBits(x + g0 + j * blockSize, std::min(blockSize, n - g0 - j * blockSize));
+    }, codesWith(symmetricIntCodesAvx512));
+#endif
+#ifdef GRADCOMP_HAVE_AVX2
+  // Up to 8 blocks a group (the codec's tiles hold 4 of the default 256 values), their maxima by one
+  // transposing reduction (a horizontal maximum per block, a block at a time, had the block maximum at
+  // 14-19 % of int8 stochastic encode's time in cache: docs/notes.md, twenty-fifth part).
+  if (blockSize % 8 == 0 && (uniforms || residual) && activeCpuPath() == CpuPath::Avx2)
+    return encodeInt8Groups<8>(n, blockSize, scales, [&](size_t g0, size_t count, uint32_t* maxBits) {
+      __m256i m[8];
+      for (size_t j = 0; j < 8; ++j) {
+        const size_t b0 = g0 + j * blockSize, len = j < count ? std::min(blockSize, n - b0) : 0;
+        m[j] = len == blockSize ? laneMaxAbsBits(x + b0, len)  // a short block (the last): its maximum in every lane
+                                : _mm256_set1_epi32(static_cast<int32_t>(len ? floatBits(blockAmax(x + b0, len)) : 0u));
       }
-      if (finite < count) return g0 + finite * blockSize;
-    }
-    return n;
-  }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxBits), laneMaxima8(m));
+    }, codesWith(symmetricIntCodesAvx2));
 #endif
   for (size_t b0 = 0; b0 < n; b0 += blockSize) {
     const size_t len = std::min(blockSize, n - b0);

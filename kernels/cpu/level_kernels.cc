@@ -346,7 +346,12 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
 #endif
 #ifdef GRADCOMP_HAVE_AVX2
   if (activeCpuPath() >= CpuPath::Avx2 && blockSize % 16 == 0)
-    return inRegisters([](const float* p, size_t len) { return blockAmax(p, len); }, ternCodesPackedAvx2);
+    // The tile is in cache (prefetched as the uniforms were drawn): the maximum on one chain without
+    // blockAmax's prefetches and the test for them per vector (2.7 cycles a vector there; terngrad's block
+    // maxima 17 % of its encode in cache: docs/notes.md, twenty-fifth part).
+    return inRegisters([](const float* p, size_t len) {
+      return len % 8 ? blockAmax(p, len) : scalar::bitsToFloat(largestLane(laneMaxAbsBits(p, len)));
+    }, ternCodesPackedAvx2);
 #endif
   size_t bad = n;
   packedThroughScratch(n, 2, packed, [&](uint8_t* codes) {

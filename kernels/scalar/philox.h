@@ -17,14 +17,18 @@ GRADCOMP_HD void mulHiLo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
   lo = static_cast<uint32_t>(p);
 }
 
+// The round multipliers and the key's steps (Weyl sequence) of Philox4x32.
+inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
 GRADCOMP_HD Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
-    mulHiLo(0xD2511F53u, ctr.v[0], hi0, lo0);
-    mulHiLo(0xCD9E8D57u, ctr.v[2], hi1, lo1);
+    mulHiLo(kPhiloxM0, ctr.v[0], hi0, lo0);
+    mulHiLo(kPhiloxM1, ctr.v[2], hi1, lo1);
     ctr = Philox4{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
   }
   return ctr;
 }

@@ -393,6 +393,40 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
               compared, cpuPathName(GetParam()));
 }
 
+// The clamp to [-127, 127] where it bites: a block maximum a whose scaled value fl(a x blockScale(a, 127))
+// lies above 127, with uniforms that carry it over: just below 1 takes a to floor(127 + ulp + u) = 128,
+// and 0 (the kernels accept any uniform) takes -a to floor(-127 - ulp) = -128. Both must come out as the
+// scalar clamp's +-127 (the AVX2 path clamps after the byte packs: a saturating pack gives 127, a byte
+// maximum -127), in the 32-value steps, the 8-value steps and the tail (n = 64 + 8 + 3).
+TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
+  float a = 1.0f;
+  for (int tries = 0; tries < 100000 && !(a * blockScale(a, 127.0f) > 127.0f); ++tries) a = std::nextafter(a, 2.0f);
+  const float scale = blockScale(a, 127.0f);
+  ASSERT_GT(a * scale, 127.0f) << "no block maximum in [1, 2) scales above 127";
+  const size_t n = 64 + 8 + 3;
+  std::vector<float> x(n), u(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
+    u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
+  }
+  for (const bool stochastic : {false, true}) {
+    const auto encode = [&](CpuPath path) {
+      setCpuPath(path);
+      std::vector<int8_t> codes(n, 0);
+      bool nonFinite = false;
+      EXPECT_EQ(std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, stochastic ? u.data() : nullptr, codes.data(), &nonFinite)),
+                std::bit_cast<uint32_t>(scale));
+      return codes;
+    };
+    const std::vector<int8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
+    for (size_t i = 0; i < n; i += 3) {
+      ASSERT_EQ(want[i], 127) << "stochastic " << stochastic << ", element " << i;
+      ASSERT_EQ(want[i + 1], -127) << "stochastic " << stochastic << ", element " << i + 1;
+    }
+    EXPECT_EQ(got, want) << "stochastic " << stochastic;
+  }
+}
+
 // int8's tile encoder (encodeInt8Blocks: on AVX-512 up to 16 blocks per phase) against encodeInt8Block
 // block by block on the scalar path: scales, codes and residual bits, for block sizes that take the phased
 // loop (from 128) and ones that do not, tiles of whole groups, a partial group and a short last block,

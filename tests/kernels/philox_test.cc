@@ -96,9 +96,13 @@ TEST(Philox, RoundingUniformsAreTheStreamWordsFieldByField) {
 
 TEST(Philox, VectorizedWordsEqualTheScalarCalls) {
   // philoxWordsInOrder (the rotation's signs) against RngStream::block call by call: counts around the
-  // AVX-512 path's 64- and 32-call steps and the AVX2 path's 32, from blocks that cross a 2^32 carry.
+  // AVX-512 path's 64- and 32-call steps and the AVX2 path's 32, from blocks that cross a 2^32 carry, and
+  // from the last blocks whose 64 or 32 calls still share the counter's high word (PhiloxSharedRounds:
+  // 2^32 - 64 and 2^32 - 32) and the first that do not (one more), under a high word of all ones too.
   const auto s = RngStream::make(987654321ull, 1, 4, 9);
-  for (uint64_t block : std::vector<uint64_t>{0, 5, uint64_t{0xffffffe0}, uint64_t{0xfffffffb}, uint64_t{1} << 40}) {
+  for (uint64_t block : std::vector<uint64_t>{0, 5, uint64_t{0xffffffe0}, uint64_t{0xffffffe1}, uint64_t{0xffffffc0},
+                                              uint64_t{0xffffffc1}, uint64_t{0xfffffffb}, uint64_t{1} << 40,
+                                              uint64_t{0xffffffffffffffc0}, uint64_t{0xfffffffeffffffe0}}) {
     for (size_t calls : {1ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 96ul, 100ul, 128ul, 129ul}) {
       std::vector<uint32_t> words(4 * calls);
       cpu::philoxWordsInOrder(s, block, calls, words.data());
