@@ -82,14 +82,31 @@ inline void storeNibbles16(__m256i lo, __m256i hi, uint8_t* out) {
 // (in-lane: lane 0 of the bytes holds codes 0-3 of c[0..3], lane 1 codes 4-7), neighbours joined into
 // one byte by a multiply-add (lo + 16 hi), a last pack (lane 0: the 4-code words of codes 0-3 of each c[v],
 // lane 1: of codes 4-7), and the two lanes' words interleaved into element order.
-inline void storeNibbles64(const __m256i* c, uint8_t* out) {
+// Two vectors of 32 bytes, each a 4-bit code (b0: codes 0-3 of c[0..3] in lane 0, 4-7 in lane 1; b1 the
+// same of c[4..7], as the packs of storeNibbles64 leave them), to 32 bytes at out.
+inline void storeNibbleBytes64(__m256i b0, __m256i b1, uint8_t* out) {
   const __m256i joins = _mm256_set1_epi16(0x1001);  // bytes 1, 16: lo x 1 + hi x 16
-  const __m256i b0 = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
-  const __m256i b1 = _mm256_packus_epi16(_mm256_packus_epi32(c[4], c[5]), _mm256_packus_epi32(c[6], c[7]));
   const __m256i w = _mm256_packus_epi16(_mm256_maddubs_epi16(b0, joins), _mm256_maddubs_epi16(b1, joins));
   const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(lo, hi));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(lo, hi));
+}
+
+inline void storeNibbles64(const __m256i* c, uint8_t* out) {
+  storeNibbleBytes64(_mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3])),
+                     _mm256_packus_epi16(_mm256_packus_epi32(c[4], c[5]), _mm256_packus_epi32(c[6], c[7])), out);
+}
+
+// 64 signed integer codes (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each within [-128, 127])
+// clamped to [-top, top] and stored as 4-bit two's complement, as storeNibbles64: the clamp and the mask
+// on the packed bytes, 2 vectors of 32, where a clamp per 8-lane vector takes 8 (int4 encode).
+inline void storeClampedNibbles64(const __m256i* c, int8_t top, uint8_t* out) {
+  const __m256i hi = _mm256_set1_epi8(top), lo = _mm256_set1_epi8(static_cast<int8_t>(-top)), low4 = _mm256_set1_epi8(0x0f);
+  const auto nibbles = [&](const __m256i* v) {
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    return _mm256_and_si256(_mm256_min_epi8(_mm256_max_epi8(b, lo), hi), low4);
+  };
+  storeNibbleBytes64(nibbles(c), nibbles(c + 4), out);
 }
 
 // 64 codes of 2 bits (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each at most 3) to 16 bytes at

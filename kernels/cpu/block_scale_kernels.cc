@@ -443,7 +443,7 @@ static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, _
 template <bool kStochastic>
 static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* uniforms, float* scales, uint8_t* packed) {
   constexpr size_t kBlock = 64, kGroupValues = kBlock * 8;
-  const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f), seven = _mm256_set1_ps(7.0f);
+  const __m256 seven = _mm256_set1_ps(7.0f);
   const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff);
   size_t g = 0;
   for (; g + kGroupValues <= n; g += kGroupValues) {
@@ -464,13 +464,21 @@ static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* unifor
                          _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7f800000))));
     s = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_cmpeq_epi32(amaxBits, _mm256_setzero_si256())));
     _mm256_storeu_ps(scales + g / kBlock, s);
+    // A block's 64 codes rounded on 8 lanes, clamped and packed at once (storeClampedNibbles64: the
+    // clamp and the 4-bit mask on 2 vectors of bytes instead of 8 of lanes, and 14 packing instructions
+    // where four storeNibbles16 take 36; int4 stochastic encode: docs/notes.md, twenty-fifth part).
     for (size_t j = 0; j < 8; ++j) {
       const __m256 vScale = _mm256_set1_ps(scales[g / kBlock + j]);
-      for (size_t i = g + kBlock * j; i < g + kBlock * (j + 1); i += 16) {
-        const __m256i c0 = int4Codes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi);
-        const __m256i c1 = int4Codes<kStochastic>(x + i + 8, kStochastic ? uniforms + i + 8 : nullptr, vScale, lo, hi);
-        storeNibbles16(c0, c1, packed + i / 2);
+      const size_t b0 = g + kBlock * j;
+      __m256i c[8];
+      for (size_t k = 0; k < 8; ++k) {
+        const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + b0 + 8 * k), vScale);
+        // Stochastic: floor(x s + u); nearest: the conversion's own rounding (clamped after, which
+        // commutes with rounding to nearest, as int4Codes says).
+        c[k] = _mm256_cvtps_epi32(kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + b0 + 8 * k)))
+                                              : scaled);
       }
+      storeClampedNibbles64(c, 7, packed + b0 / 2);
     }
   }
   return g;

@@ -427,6 +427,39 @@ TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
   }
 }
 
+// The same for int4 (clamp to [-7, 7], 4-bit two's complement): the AVX2 group encoder clamps the packed
+// bytes (storeClampedNibbles64), the other paths the lanes. Two groups of 8 blocks of 64, a rest of 64
+// and a tail of 3; every block has the maximum a, so every block's scale is blockScale(a, 7).
+TEST_P(BlockKernelPaths, Int4CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
+  float a = 1.0f;
+  for (int tries = 0; tries < 100000 && !(a * blockScale(a, 7.0f) > 7.0f); ++tries) a = std::nextafter(a, 2.0f);
+  ASSERT_GT(a * blockScale(a, 7.0f), 7.0f) << "no block maximum in [1, 2) scales above 7";
+  const size_t n = 2 * 512 + 64 + 3;
+  std::vector<float> x(n), u(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
+    u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
+  }
+  for (const bool stochastic : {false, true}) {
+    const auto encode = [&](CpuPath path) {
+      setCpuPath(path);
+      std::vector<uint8_t> packed((n + 1) / 2, 0xee);
+      std::vector<float> scales((n + 63) / 64, -1.0f);
+      uint64_t bad = ~uint64_t{0};
+      encodeInt4Blocks(x.data(), n, 64, stochastic ? u.data() : nullptr, scales.data(), packed.data(), &bad);
+      EXPECT_EQ(bad, ~uint64_t{0});
+      return packed;
+    };
+    const std::vector<uint8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
+    const auto code = [&](size_t i) { return (want[i / 2] >> (4 * (i % 2))) & 0xfu; };
+    for (size_t i = 0; i + 1 < n; i += 3) {
+      ASSERT_EQ(code(i), 7u) << "stochastic " << stochastic << ", element " << i;
+      ASSERT_EQ(code(i + 1), 9u) << "stochastic " << stochastic << ", element " << i + 1;  // -7
+    }
+    EXPECT_EQ(got, want) << "stochastic " << stochastic;
+  }
+}
+
 // int8's tile encoder (encodeInt8Blocks: on AVX-512 up to 16 blocks per phase) against encodeInt8Block
 // block by block on the scalar path: scales, codes and residual bits, for block sizes that take the phased
 // loop (from 128) and ones that do not, tiles of whole groups, a partial group and a short last block,
