@@ -131,6 +131,32 @@ struct QsgdLanes {
   }
 };
 
+// qsgd's 4-bit codes (s = 7) of 64 values to 32 bytes at out, for a norm whose ratio needs no
+// pre-scaling. The level is taken with its sign: trunc(fl(x inv) + copysign(u, x)) is sign(x) x
+// floor(fl(|x| inv) + u), the same fp32 sum negated for x < 0 (rounding to nearest is symmetric) and
+// truncation its floor on the magnitude (x = -0 gives -u, level 0). Clamped to [-7, 7] on the packed bytes,
+// the two's complement nibble is turned into the code (sign bit 8 for a negative nonzero level) by a byte
+// table: 5 operations per 8 values and 14 per 64 where QsgdLanes takes 10 per 8 (docs/notes.md,
+// twenty-fifth part).
+inline void storeQsgd4Codes64(const float* x, const float* u, __m256 to, uint8_t* out) {
+  const __m256 signMask = _mm256_set1_ps(-0.0f);
+  const __m256i top = _mm256_set1_epi8(7), bottom = _mm256_set1_epi8(-7), low4 = _mm256_set1_epi8(0x0f);
+  // Nibble n of a level in [-7, 7] -> its code: n for 0..7, 8 | (16 - n) for 9..15 (-7..-1); 8 never occurs.
+  const __m256i codeOf = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 15, 14, 13, 12, 11, 10, 9,
+                                          0, 1, 2, 3, 4, 5, 6, 7, 0, 15, 14, 13, 12, 11, 10, 9);
+  __m256i level[8];
+  for (size_t k = 0; k < 8; ++k) {
+    const __m256 v = _mm256_loadu_ps(x + 8 * k);
+    const __m256 signedU = _mm256_xor_ps(_mm256_loadu_ps(u + 8 * k), _mm256_and_ps(v, signMask));
+    level[k] = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(v, to), signedU));
+  }
+  const auto codes = [&](const __m256i* l) {
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
+    return _mm256_shuffle_epi8(codeOf, _mm256_and_si256(_mm256_min_epi8(_mm256_max_epi8(b, bottom), top), low4));
+  };
+  storeNibbleBytes64(codes(level), codes(level + 4), out);
+}
+
 // 8 codes (each at most 0xff) to 8 bytes at out.
 inline void storeBytes8(__m256i code, uint8_t* out) {
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
@@ -236,7 +262,7 @@ void packedThroughScratch(size_t n, int bits, uint8_t* packed, Encode&& encode) 
 namespace {
 
 // avx512::qsgdCodesPacked on 8 lanes (bits 4 or 8): the codes packed in registers, 64 at a time for 4 bits
-// (storeNibbles64), then 16; 8 at a time for 8 bits. Returns the values encoded (a multiple of 16 for 4
+// (storeQsgd4Codes64), then 16; 8 at a time for 8 bits. Returns the values encoded (a multiple of 16 for 4
 // bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to
 // scratch and packed them in a second pass (docs/notes.md, twenty-fourth part).
 size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed) {
@@ -246,11 +272,7 @@ size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const 
     for (; i + 8 <= n; i += 8) storeBytes8(lanes.codes(x + i, uniforms + i), packed + i);
     return i;
   }
-  for (; i + 64 <= n; i += 64) {
-    __m256i c[8];
-    for (size_t k = 0; k < 8; ++k) c[k] = lanes.codes(x + i + 8 * k, uniforms + i + 8 * k);
-    storeNibbles64(c, packed + i / 2);
-  }
+  for (; i + 64 <= n; i += 64) storeQsgd4Codes64(x + i, uniforms + i, lanes.to, packed + i / 2);
   for (; i + 16 <= n; i += 16)
     storeNibbles16(lanes.codes(x + i, uniforms + i), lanes.codes(x + i + 8, uniforms + i + 8), packed + i / 2);
   return i;

@@ -684,6 +684,38 @@ std::vector<float> runTernDecode(CpuPath path, const std::vector<uint8_t>& packe
   return out;
 }
 
+// qsgd's level clamp where it bites: a block whose only nonzero value is +-a has norm a, and for an a with
+// fl(a x fl(7 / a)) above 7 a uniform just below 1 takes its level to 8, clamped to s = 7 (code 7, or
+// 15 with the sign). The AVX2 route clamps the signed levels on packed bytes (storeQsgd4Codes64); the
+// zeros around them stay level 0. Blocks of 64 (one 64-code step each) and of 80 (a step and a rest of 16).
+TEST_P(LevelKernelPaths, QsgdLevelsBeyondTheTopAreClampedLikeTheScalarPath) {
+  const int s = scalar::qsgdLevels(4);
+  float a = 1.0f;
+  const auto ratioOf = [&](float v) { return v * scalar::ratioScaling(static_cast<float>(s), scalar::qsgdWireNorm(double{v} * v, s)).inv; };
+  for (int tries = 0; tries < 100000 && !(ratioOf(a) > 7.0f); ++tries) a = std::nextafter(a, 2.0f);
+  ASSERT_GT(ratioOf(a), 7.0f) << "no norm in [1, 2) scales its value above 7";
+  for (const size_t blockSize : {size_t{64}, size_t{80}}) {
+    const size_t blocks = 6, n = blocks * blockSize;
+    std::vector<float> x(n, 0.0f), u(n, std::nextafter(1.0f, 0.0f)), norms(blocks);
+    for (size_t b = 0; b < blocks; ++b) {
+      x[b * blockSize + (b * 29) % blockSize] = b % 2 ? -a : a;  // the maximum at varying positions
+      norms[b] = scalar::qsgdWireNorm(double{a} * a, s);
+    }
+    const auto encode = [&](CpuPath path) {
+      setCpuPath(path);
+      std::vector<uint8_t> packed(n / 2, 0xee);
+      encodeQsgdTilePacked(x.data(), n, blockSize, 4, norms.data(), u.data(), packed.data());
+      return packed;
+    };
+    const std::vector<uint8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned code = (want[i / 2] >> (4 * (i % 2))) & 0xfu;
+      ASSERT_EQ(code, x[i] == 0.0f ? 0u : x[i] > 0.0f ? 7u : 15u) << "block size " << blockSize << ", element " << i;
+    }
+    EXPECT_EQ(got, want) << "block size " << blockSize;
+  }
+}
+
 TEST_P(LevelKernelPaths, TernDecodeGivesTheScalarBits) {
   std::vector<size_t> lengths;
   for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
