@@ -71,12 +71,14 @@ class QsgdCodec final : public BlockCodec {
     encodeTileChecked(h, x, begin, count, payload, ctx, saturated, streamOut);
   }
   // Tiles of 4096 values (8 of the default 512-value blocks), the next one prefetched into L2 as this one's
-  // uniforms are drawn (below). The AVX2 path draws them at half the AVX-512 speed, and there tiles of 2048
-  // prefetched into L1 keep its reads closer to its arithmetic: 10.6 -> 10.0 ms per 16M values, faster in
+  // uniforms are drawn (below). The AVX2 path draws them at half the AVX-512 speed, and there (and on the
+  // scalar path, not measured) tiles of 2048 prefetched into L1 keep its reads closer to its arithmetic: 10.6 -> 10.0 ms per 16M values, faster in
   // 9 of 10 alternated rounds, where the AVX-512 path went 8.7 -> 9.9 ms with them (docs/notes.md,
   // twenty-fifth part). Only where the input is read changes; the bytes do not depend on the tiles.
-  static bool drawsOnSixteenLanes() { return cpu::activeCpuPath() == cpu::CpuPath::Avx512; }
-  uint64_t tileMultiple() const override { return drawsOnSixteenLanes() ? 4 : 2; }
+  // (Keyed on the kernels' run-time path: on a build for the machine, the path Philox's compile-time width
+  // follows too.)
+  static bool onAvx512Path() { return cpu::activeCpuPath() == cpu::CpuPath::Avx512; }
+  uint64_t tileMultiple() const override { return onAvx512Path() ? 4 : 2; }
   // The NaN/Inf scan is the blocks' sums of squares: one pass over the tile, not two.
   uint64_t encodeTileChecked(const WireHeader& h, const float* x, uint64_t begin, uint64_t count, std::byte* payload,
                              const EncodeContext& ctx, uint64_t&, bool) const override {
@@ -87,7 +89,7 @@ class QsgdCodec final : public BlockCodec {
     // this tile's and the uniforms' 16 KiB would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x
     // memcpy, into L2: 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md). The
     // AVX2 path's tiles of 2048 into L1 (tileMultiple).
-    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count, drawsOnSixteenLanes());
+    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count, onAvx512Path());
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));

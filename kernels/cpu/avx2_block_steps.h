@@ -77,13 +77,10 @@ inline void storeNibbles16(__m256i lo, __m256i hi, uint8_t* out) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
-// 64 codes of 4 bits (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each at most 0xf) to 32 bytes
-// at out, in 14 instructions where four storeNibbles16 take 36: the codes narrowed to bytes by three packs
-// (in-lane: lane 0 of the bytes holds codes 0-3 of c[0..3], lane 1 codes 4-7), neighbours joined into
-// one byte by a multiply-add (lo + 16 hi), a last pack (lane 0: the 4-code words of codes 0-3 of each c[v],
-// lane 1: of codes 4-7), and the two lanes' words interleaved into element order.
 // Two vectors of 32 bytes, each a 4-bit code (b0: codes 0-3 of c[0..3] in lane 0, 4-7 in lane 1; b1 the
-// same of c[4..7], as the packs of storeNibbles64 leave them), to 32 bytes at out.
+// same of c[4..7], as the packs of storeNibbles64 leave them), to 32 bytes at out: neighbours joined into
+// one byte by a multiply-add (lo + 16 hi), a last pack (lane 0: the 4-code words of codes 0-3 of each
+// c[v], lane 1: of codes 4-7), and the two lanes' words interleaved into element order.
 inline void storeNibbleBytes64(__m256i b0, __m256i b1, uint8_t* out) {
   const __m256i joins = _mm256_set1_epi16(0x1001);  // bytes 1, 16: lo x 1 + hi x 16
   const __m256i w = _mm256_packus_epi16(_mm256_maddubs_epi16(b0, joins), _mm256_maddubs_epi16(b1, joins));
@@ -92,6 +89,9 @@ inline void storeNibbleBytes64(__m256i b0, __m256i b1, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(lo, hi));
 }
 
+// 64 codes of 4 bits (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each at most 0xf) to 32 bytes
+// at out, in 14 instructions where four storeNibbles16 take 36: the codes narrowed to bytes by three packs
+// (in-lane: lane 0 of the bytes holds codes 0-3 of c[0..3], lane 1 codes 4-7), then storeNibbleBytes64.
 inline void storeNibbles64(const __m256i* c, uint8_t* out) {
   storeNibbleBytes64(_mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3])),
                      _mm256_packus_epi16(_mm256_packus_epi32(c[4], c[5]), _mm256_packus_epi32(c[6], c[7])), out);

@@ -326,7 +326,9 @@ static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float
 
 #ifdef GRADCOMP_HAVE_AVX2
 // A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
-// the tail.
+// the tail. kFinite: the block holds no NaN/Inf (every caller but encodeSymmetricIntBlock without its
+// nonFinite check has made sure), so its scaled values are in range for the byte-domain clamp below.
+template <bool kFinite>
 static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float top, const float* uniforms,
                                   int8_t* codes, float* residual) {
   const int maxCode = static_cast<int>(top);
@@ -350,7 +352,7 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
   // 32 codes a store: two in-lane packs of pairs, one more, and a dword permute back to element order
   // (5 instructions where four 8-code stores took 16; int8 stochastic encode, AVX2 path, docs/notes.md
   // twenty-fourth part).
-  if (maxCode == 127 && !residual) {
+  if (kFinite && maxCode == 127 && !residual) {
     // int8 without a residual clamps in the byte domain, once per 32 codes instead of twice per 8: the
     // rounded values lie in [-128, 128] (|x s| is at most a few ulps above 127, blockScaleFor, plus a
     // uniform below 1), the packs saturate 128 to 127, and a byte maximum takes -128 to -127: the codes
@@ -413,7 +415,11 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
   const float scale = blockScale(amax, top);
 #ifdef GRADCOMP_HAVE_AVX2
   if (activeCpuPath() >= CpuPath::Avx2) {
-    symmetricIntCodesAvx2(x, n, scale, top, uniforms, codes, residual);
+    // A NaN/Inf block (only without the nonFinite check; its scale is 1) keeps the clamp on lanes: +Inf,
+    // or a value beyond the int32 range beside it, converts to INT32_MIN, which the byte clamp would read
+    // as -127 where the lane clamp gives the scalar path's 127.
+    if (isFiniteBits(floatBits(amax))) symmetricIntCodesAvx2<true>(x, n, scale, top, uniforms, codes, residual);
+    else symmetricIntCodesAvx2<false>(x, n, scale, top, uniforms, codes, residual);
     return scale;
   }
 #endif
@@ -662,7 +668,7 @@ size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float*
                                 : _mm256_set1_epi32(static_cast<int32_t>(len ? floatBits(blockAmax(x + b0, len)) : 0u));
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxBits), laneMaxima8(m));
-    }, codesWith(symmetricIntCodesAvx2));
+    }, codesWith(symmetricIntCodesAvx2<true>));  // the groups stop before a block with a NaN/Inf
 #endif
   for (size_t b0 = 0; b0 < n; b0 += blockSize) {
     const size_t len = std::min(blockSize, n - b0);

@@ -50,9 +50,10 @@ float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* c
                       float* residual = nullptr);
 // encodeInt8Block over a tile's blocks (blockSize each, a shorter last one): scales[b] and the codes (and
 // residual when given) of every block before the first holding a NaN/Inf, whose start it returns (n when
-// none). The same bytes as block by block; on the AVX-512 path up to 16 blocks at a time in three phases
-// (maxima, scales, codes), so one block's chain of a horizontal maximum and two divisions overlaps the
-// others' work instead of holding up its own codes.
+// none). The same bytes as block by block; with uniforms or a residual (the input in cache), on the
+// AVX-512 path up to 16 blocks at a time in three phases (maxima, scales, codes), on the AVX2 path up to
+// 8 (the maxima by one transposing reduction), so one block's chain of a maximum and two divisions
+// overlaps the others' work instead of holding up its own codes.
 size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales, int8_t* codes,
                         float* residual = nullptr);
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.

@@ -39,7 +39,9 @@ void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, b
 // with the bytes of encodeQsgdBlockOfSum / encodeTernBlock followed by packBits. On the avx512 and avx2
 // paths with blocks a multiple of 16 the codes go from registers into `packed` (level_kernels_avx512.h,
 // and the AVX2 twins in level_kernels.cc; qsgd at 4 or 8 bits).
-// QSGD: norms[b] is block b's wire norm (scalar::qsgdWireNorm of its sum of squares).
+// QSGD: norms[b] is block b's wire norm (scalar::qsgdWireNorm of its sum of squares), and x is finite (the
+// codec checks the sums first): the AVX2 4-bit route converts |x| x s / norm, at most s plus a few ulps,
+// to an integer before it clamps.
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
                           const float* uniforms, uint8_t* packed);
 // TernGrad: writes maxima[b] of the blocks before the first NaN/Inf; returns its index (then the codes

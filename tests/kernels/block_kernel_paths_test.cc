@@ -425,6 +425,29 @@ TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
     }
     EXPECT_EQ(got, want) << "stochastic " << stochastic;
   }
+  // Without the nonFinite check a block with an Inf is encoded at scale 1: +Inf and values beyond the
+  // int32 range convert to INT32_MIN on the vector paths, which must still come out as the clamp's +-127
+  // (a byte-domain clamp would turn +Inf into -127).
+  std::vector<float> big(64, 0.5f);
+  big[5] = INFINITY;
+  big[17] = 3.0e9f;
+  big[40] = -3.0e9f;
+  big[63] = -INFINITY;
+  for (const bool stochastic : {false, true}) {
+    std::vector<float> half(64, 0.5f);
+    const auto encode = [&](CpuPath path) {
+      setCpuPath(path);
+      std::vector<int8_t> codes(64, 0);
+      EXPECT_EQ(encodeInt8Block(big.data(), 64, stochastic ? half.data() : nullptr, codes.data()), 1.0f);
+      return codes;
+    };
+    const std::vector<int8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
+    EXPECT_EQ(want[5], 127);
+    EXPECT_EQ(want[17], 127);
+    EXPECT_EQ(want[40], -127);
+    EXPECT_EQ(want[63], -127);
+    EXPECT_EQ(got, want) << "stochastic " << stochastic;
+  }
 }
 
 // The same for int4 (clamp to [-7, 7], 4-bit two's complement): the AVX2 group encoder clamps the packed
@@ -470,11 +493,15 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
     for (const size_t n : {blockSize * 16, blockSize * 16 + 1, blockSize * 37 + blockSize / 3, size_t{1000}})
       for (const bool stochastic : {false, true})
         for (const bool withResidual : {false, true})
-          for (const bool nonFinite : {false, true}) {
+          // Where the NaN/Inf goes (n: none): past the first group of 16 blocks for the longer tiles; the
+          // last value (the short last block, whose maximum the AVX2 groups take by blockAmax); the first
+          // block of a later group (8 blocks on AVX2, 16 on AVX-512), so that group encodes nothing.
+          for (const size_t badAt : {n, n - 1 - n / 5, n - 1, 8 * blockSize, 16 * blockSize}) {
+            if (badAt > n) continue;
+            const bool nonFinite = badAt < n;
             SCOPED_TRACE(::testing::Message() << "block " << blockSize << " n " << n << " stochastic " << stochastic
-                                              << " residual " << withResidual << " nonFinite " << nonFinite);
+                                              << " residual " << withResidual << " bad at " << badAt);
             auto x = inputs(n, n * 5 + blockSize + stochastic, false);
-            const size_t badAt = n - 1 - n / 5;  // past the first group of 16 blocks for the longer tiles
             if (nonFinite) x[badAt] = stochastic ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
             std::vector<float> u(n);
             fillUniforms(scalar::RngStream::make(5, 1, 2, 3), 0, n, u.data());
@@ -512,7 +539,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
               ASSERT_EQ(std::bit_cast<uint32_t>(scales[b]), std::bit_cast<uint32_t>(wantScales[b])) << "scale " << b;
             ++compared;
           }
-  EXPECT_EQ(compared, 128u);  // 4 block sizes x 4 lengths x 8
+  EXPECT_EQ(compared, 292u);  // 4 block sizes x 4 lengths x 2 x 2, each finite and with 1-4 bad positions
   std::printf("int8 tiles: %zu cases on the %s path equal the block-by-block scalar encode\n", compared,
               cpuPathName(GetParam()));
 }

@@ -113,6 +113,42 @@ TEST(Philox, VectorizedWordsEqualTheScalarCalls) {
   }
 }
 
+// The batch functions themselves, on every vector width this build has: philoxWordsInOrder takes only
+// the widest (an AVX-512 build never calls the AVX2 four-batch step, an AVX2 machine's main path), so each
+// width and batch count is checked here against RngStream::block, from blocks where its lanes do and do
+// not share the counter's high word (PhiloxSharedRounds): 2^32 - 8L K and one more, for L lanes, K batches.
+TEST(Philox, EveryBatchWidthEqualsTheScalarCalls) {
+  const auto s = RngStream::make(55555ull, 6, 7, 8);
+  const auto check = [&](const char* name, size_t calls, uint64_t block, const uint32_t* words) {
+    for (size_t c = 0; c < calls; ++c)
+      for (int w = 0; w < 4; ++w)
+        ASSERT_EQ(words[4 * c + static_cast<size_t>(w)], s.block(block + c).v[w]) << name << " from " << block << " + " << c;
+  };
+  std::vector<uint64_t> starts{0, 3, uint64_t{1} << 40, uint64_t{0xfffffffeffffff00}};
+  for (const uint64_t calls : {8u, 16u, 32u, 64u})
+    for (const uint64_t back : {calls, calls - 1, uint64_t{1}}) starts.push_back((uint64_t{1} << 32) - back);
+  alignas(64) uint32_t words[4 * 64];
+  for (const uint64_t block : starts) {
+#if defined(__AVX2__)
+    cpu::philox8InOrder<1>(s, block, words);
+    check("8 lanes x 1", 8, block, words);
+    cpu::philox8InOrder<4>(s, block, words);
+    check("8 lanes x 4", 32, block, words);
+#endif
+#if defined(__AVX512F__)
+    cpu::philox16InOrder<1>(s, block, words);
+    check("16 lanes x 1", 16, block, words);
+    cpu::philox16InOrder<2>(s, block, words);
+    check("16 lanes x 2", 32, block, words);
+    cpu::philox16InOrder<4>(s, block, words);
+    check("16 lanes x 4", 64, block, words);
+#endif
+  }
+#if !defined(__AVX2__)
+  GTEST_SKIP() << "no vector Philox in this build";
+#endif
+}
+
 TEST(BitPack, GroupPathEqualsBitByBitDefinitionForEveryWidth) {
   for (int bits = 1; bits <= 8; ++bits) {
     for (size_t n : {1ul, 7ul, 8ul, 9ul, 63ul, 64ul, 1001ul}) {
