@@ -22,7 +22,7 @@ using scalar::kPhiloxM0, scalar::kPhiloxM1, scalar::kPhiloxW0, scalar::kPhiloxW1
 //   round 0: M1 * step, hence new words 0 and 1;    round 1: M0 * (that word 0), hence new word 3;
 //   round 2: only its xor with word 3.
 // Those are computed here once per batch step, on scalars, and what the vector rounds still need is one
-// xor operand per round (the rounds then issue 12 % fewer vector instructions: philox8Rounds, philoxRounds).
+// xor operand per round (the rounds then issue 12 % fewer vector instructions: philoxRounds).
 struct PhiloxSharedRounds {
   uint32_t round0Word2;  // xored into round 0's new word 2: tensor ^ k1
   uint32_t round1Word0;  // xored into round 1's new word 0: round 0's word 1 ^ k0
@@ -55,102 +55,153 @@ inline bool philoxHighWordShared(uint64_t block, uint32_t calls) {
   return static_cast<uint32_t>(block) <= UINT32_MAX - (calls - 1);
 }
 
-#if defined(__AVX2__)
+// What the rounds need of a vector width (PhiloxAvx2, PhiloxAvx512): its vector type Vec and lane count,
+// a broadcast, the lanes' indices, a lane-wise sum, the xor of two and of three vectors, the hi and lo
+// halves of a 32 x 32-bit product per lane, and a batch's counters. (The width is a tag type, not the
+// vector type itself: a vector type as a template argument loses its attributes, which GCC warns of.)
 
-// hi and lo 32 bits of a[i] * b (b a constant) on 8 lanes: vpmuludq multiplies the even lanes, so the
-// odd lanes are shifted down, multiplied, and the high halves blended back; the low halves are one
-// vpmulld (a shift and a blend took two instructions, and the rounds are bound by instruction count:
-// int8 stochastic encode 11.7 -> 10.9 ms per 16M values on a Zen 3 EPYC).
-inline void mulHiLo8(__m256i a, __m256i b, __m256i& hi, __m256i& lo) {
-  const __m256i even = _mm256_mul_epu32(a, b);                                             // lanes 0,2,4,6
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);                       // lanes 1,3,5,7
-  lo = _mm256_mullo_epi32(a, b);
-  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
-}
-
-// The four counter words of 8 consecutive Philox blocks (block, block+1, ... in lanes 0..7).
-struct Philox8 {
-  __m256i c0, c1, c2, c3;
+// The four counter words of a batch of consecutive Philox calls, lane L holding call block + L, and
+// after the rounds their four output words (word w of lane L in cw).
+template <class Isa>
+struct PhiloxBatch {
+  typename Isa::Vec c0, c1, c2, c3;
 };
 
-inline Philox8 philox8Counters(const scalar::RngStream& s, uint64_t block) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  // 64-bit block index + lane: low word with carry into the high word.
-  const __m256i lo = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(block)), lane);
-  const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lane, _mm256_set1_epi32(INT32_MIN)),
-                                           _mm256_xor_si256(lo, _mm256_set1_epi32(INT32_MIN)));  // lo < lane: wrapped
-  return {lo, _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int32_t>(block >> 32)), carry),
-          _mm256_set1_epi32(static_cast<int32_t>(s.step)), _mm256_set1_epi32(static_cast<int32_t>(s.tensor))};
-}
+#if defined(__AVX2__)
 
-// Philox4x32-10's rounds firstRound .. 9 on K batches of 8 lanes side by side, from the keys k0, k1 of
-// firstRound, the same rounds as scalar::philox4x32_10 (word w of lane L in c[b].cw). A round is a chain
-// of dependent steps (multiply, blend, xor): one batch alone leaves the multiplier idle between them, as
-// on AVX-512 (philoxRounds below); docs/notes.md has the timings.
-template <int K>
-inline void philox8RoundsFrom(int firstRound, uint32_t k0, uint32_t k1, Philox8 (&c)[K]) {
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int32_t>(kPhiloxM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int32_t>(kPhiloxM1));
+struct PhiloxAvx2 {
+  using Vec = __m256i;
+  static constexpr uint32_t kLanes = 8;
+  static __m256i broadcast(uint32_t v) { return _mm256_set1_epi32(static_cast<int32_t>(v)); }
+  static __m256i laneIndex() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static __m256i add(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+  static __m256i xor2(__m256i a, __m256i b) { return _mm256_xor_si256(a, b); }
+  static __m256i xor3(__m256i a, __m256i b, __m256i c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+  // vpmuludq multiplies the even lanes, so the odd lanes are shifted down, multiplied, and the high halves
+  // blended back; the low halves are one vpmulld (a shift and a blend took two instructions, and the
+  // rounds are bound by instruction count: int8 stochastic encode 11.7 -> 10.9 ms per 16M values on a
+  // Zen 3 EPYC, and slower on the Zen 4 too).
+  static void mulHiLo(__m256i a, __m256i b, __m256i& hi, __m256i& lo) {
+    const __m256i even = _mm256_mul_epu32(a, b);                        // lanes 0,2,4,6
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b);  // lanes 1,3,5,7
+    lo = _mm256_mullo_epi32(a, b);
+    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
+  }
+  static PhiloxBatch<PhiloxAvx2> counters(const scalar::RngStream& s, uint64_t block) {
+    const __m256i lane = laneIndex();
+    // 64-bit block index + lane: low word with carry into the high word.
+    const __m256i lo = _mm256_add_epi32(broadcast(static_cast<uint32_t>(block)), lane);
+    const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lane, _mm256_set1_epi32(INT32_MIN)),
+                                             _mm256_xor_si256(lo, _mm256_set1_epi32(INT32_MIN)));  // lo < lane: wrapped
+    return {lo, _mm256_sub_epi32(broadcast(static_cast<uint32_t>(block >> 32)), carry), broadcast(s.step),
+            broadcast(s.tensor)};
+  }
+};
+using Philox8 = PhiloxBatch<PhiloxAvx2>;
+
+#endif
+
+#if defined(__AVX512F__)
+
+struct PhiloxAvx512 {
+  using Vec = __m512i;
+  static constexpr uint32_t kLanes = 16;
+  static __m512i broadcast(uint32_t v) { return _mm512_set1_epi32(static_cast<int32_t>(v)); }
+  static __m512i laneIndex() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static __m512i add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+  static __m512i xor2(__m512i a, __m512i b) { return _mm512_xor_si512(a, b); }
+  static __m512i xor3(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }  // one vpternlogd
+  // vpmuludq multiplies the even lanes; the odd lanes are moved down for a second one. Each half of a
+  // 64-bit product goes to its lane by a masked dword swap within the 64-bit pair (one instruction where
+  // a shift and a blend took two).
+  static void mulHiLo(__m512i a, __m512i b, __m512i& hi, __m512i& lo) {
+    const __m512i even = _mm512_mul_epu32(a, b);
+    const __m512i odd = _mm512_mul_epu32(_mm512_shuffle_epi32(a, _MM_PERM_CDAB), b);
+    lo = _mm512_mask_shuffle_epi32(even, 0xaaaa, odd, _MM_PERM_CDAB);  // odd lanes: odd product's low half
+    hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_CDAB);  // even lanes: even product's high half
+  }
+  static PhiloxBatch<PhiloxAvx512> counters(const scalar::RngStream& s, uint64_t block) {
+    const __m512i lane = laneIndex();
+    const __m512i lo = _mm512_add_epi32(broadcast(static_cast<uint32_t>(block)), lane);
+    const __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, lane);
+    const __m512i hiWord = broadcast(static_cast<uint32_t>(block >> 32));
+    return {lo, _mm512_mask_add_epi32(hiWord, wrapped, hiWord, _mm512_set1_epi32(1)), broadcast(s.step), broadcast(s.tensor)};
+  }
+};
+using Philox16 = PhiloxBatch<PhiloxAvx512>;
+
+#endif
+
+// Philox4x32-10's rounds firstRound .. 9 on K batches side by side, from the keys k0, k1 of firstRound, the
+// same rounds as scalar::philox4x32_10. A round is a chain of dependent steps (multiply, swap or blend,
+// xor, about 8 cycles), and one batch alone left the multiplier idle between them (AVX-512, two batches:
+// 3.1 against 3.8 ms per 16M elements; four against two: 3.9-4.1 against 4.5-4.8 ms per 2M calls on the
+// Xeon of 2026-12-04, where a round of two batches still waited on its chain; six spill. AVX2: four, in
+// spite of spilling some of AVX2's 16 registers; two and three were slower, docs/notes.md twenty-fifth part).
+template <class Isa, int K>
+inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBatch<Isa> (&c)[K]) {
+  using V = typename Isa::Vec;
+  const V m0 = Isa::broadcast(kPhiloxM0), m1 = Isa::broadcast(kPhiloxM1);
   for (int round = firstRound; round < 10; ++round) {
-    const __m256i key0 = _mm256_set1_epi32(static_cast<int32_t>(k0)), key1 = _mm256_set1_epi32(static_cast<int32_t>(k1));
+    const V key0 = Isa::broadcast(k0), key1 = Isa::broadcast(k1);
     for (int b = 0; b < K; ++b) {
-      __m256i hi0, lo0, hi1, lo1;
-      mulHiLo8(c[b].c0, m0, hi0, lo0);
-      mulHiLo8(c[b].c2, m1, hi1, lo1);
-      c[b] = {_mm256_xor_si256(_mm256_xor_si256(hi1, c[b].c1), key0), lo1,
-              _mm256_xor_si256(_mm256_xor_si256(hi0, c[b].c3), key1), lo0};
+      V hi0, lo0, hi1, lo1;
+      Isa::mulHiLo(c[b].c0, m0, hi0, lo0);
+      Isa::mulHiLo(c[b].c2, m1, hi1, lo1);
+      c[b] = {Isa::xor3(hi1, c[b].c1, key0), lo1, Isa::xor3(hi0, c[b].c3, key1), lo0};
     }
     k0 += kPhiloxW0;
     k1 += kPhiloxW1;
   }
 }
 
-// Philox calls block .. block + 8K - 1 (lane L of batch b: call block + 8b + L), all ten rounds. Where the
-// lanes share the counter's high word, rounds 0-2 take PhiloxSharedRounds' scalars: round 0 is one
-// multiply and an xor, round 1 one multiply and two xors, round 2 one xor fewer (int8 stochastic encode,
-// AVX2 path: docs/notes.md, twenty-fifth part).
-template <int K>
-inline void philox8Rounds(const scalar::RngStream& s, uint64_t block, Philox8 (&c)[K]) {
-  if (!philoxHighWordShared(block, 8 * K)) {
-    for (int b = 0; b < K; ++b) c[b] = philox8Counters(s, block + 8 * static_cast<uint64_t>(b));
-    philox8RoundsFrom(0, s.k0, s.k1, c);
+// Philox calls block .. block + K kLanes - 1 (lane L of batch b: call block + b kLanes + L), all ten
+// rounds. Where the lanes share the counter's high word, rounds 0-2 take PhiloxSharedRounds' scalars:
+// round 0 is one multiply and an xor, round 1 one multiply and two xors, round 2 one xor fewer (142
+// instead of 160 vector instructions per 8 calls on AVX2; docs/notes.md, twenty-fifth part).
+template <class Isa, int K>
+inline void philoxRounds(const scalar::RngStream& s, uint64_t block, PhiloxBatch<Isa> (&c)[K]) {
+  using V = typename Isa::Vec;
+  if (!philoxHighWordShared(block, Isa::kLanes * K)) {
+    for (int b = 0; b < K; ++b) c[b] = Isa::counters(s, block + Isa::kLanes * static_cast<uint64_t>(b));
+    philoxRoundsFrom(0, s.k0, s.k1, c);
     return;
   }
   const PhiloxSharedRounds shared = PhiloxSharedRounds::make(s, static_cast<uint32_t>(block >> 32));
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int32_t>(kPhiloxM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int32_t>(kPhiloxM1));
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const auto broadcast = [](uint32_t v) { return _mm256_set1_epi32(static_cast<int32_t>(v)); };
+  const V m0 = Isa::broadcast(kPhiloxM0), m1 = Isa::broadcast(kPhiloxM1), lane = Isa::laneIndex();
   {  // round 0: words 0 and 1 are scalars
-    const __m256i xor2 = broadcast(shared.round0Word2);
+    const V xor2 = Isa::broadcast(shared.round0Word2);
     for (int b = 0; b < K; ++b) {
-      __m256i hi0, lo0;
-      mulHiLo8(_mm256_add_epi32(broadcast(static_cast<uint32_t>(block) + 8u * static_cast<uint32_t>(b)), lane), m0, hi0, lo0);
-      c[b].c2 = _mm256_xor_si256(hi0, xor2);
+      V hi0, lo0;
+      const uint32_t first = static_cast<uint32_t>(block) + Isa::kLanes * static_cast<uint32_t>(b);  // never wraps here
+      Isa::mulHiLo(Isa::add(Isa::broadcast(first), lane), m0, hi0, lo0);
+      c[b].c2 = Isa::xor2(hi0, xor2);
       c[b].c3 = lo0;
     }
   }
   {  // round 1: word 0's product is a scalar; the new word 3 (its low half) is too, so it stays out of the lanes
-    const __m256i xor0 = broadcast(shared.round1Word0), xor2 = broadcast(shared.round1Word2);
+    const V xor0 = Isa::broadcast(shared.round1Word0), xor2 = Isa::broadcast(shared.round1Word2);
     for (int b = 0; b < K; ++b) {
-      __m256i hi1, lo1;
-      mulHiLo8(c[b].c2, m1, hi1, lo1);
-      c[b].c2 = _mm256_xor_si256(c[b].c3, xor2);
-      c[b].c0 = _mm256_xor_si256(hi1, xor0);
+      V hi1, lo1;
+      Isa::mulHiLo(c[b].c2, m1, hi1, lo1);
+      c[b].c2 = Isa::xor2(c[b].c3, xor2);
+      c[b].c0 = Isa::xor2(hi1, xor0);
       c[b].c1 = lo1;
     }
   }
   {  // round 2: word 3 is a scalar (round 1's), folded into the xor
-    const __m256i key0 = broadcast(shared.round2Key0), xor2 = broadcast(shared.round2Word2);
+    const V key0 = Isa::broadcast(shared.round2Key0), xor2 = Isa::broadcast(shared.round2Word2);
     for (int b = 0; b < K; ++b) {
-      __m256i hi0, lo0, hi1, lo1;
-      mulHiLo8(c[b].c0, m0, hi0, lo0);
-      mulHiLo8(c[b].c2, m1, hi1, lo1);
-      c[b] = {_mm256_xor_si256(_mm256_xor_si256(hi1, c[b].c1), key0), lo1, _mm256_xor_si256(hi0, xor2), lo0};
+      V hi0, lo0, hi1, lo1;
+      Isa::mulHiLo(c[b].c0, m0, hi0, lo0);
+      Isa::mulHiLo(c[b].c2, m1, hi1, lo1);
+      c[b] = {Isa::xor3(hi1, c[b].c1, key0), lo1, Isa::xor2(hi0, xor2), lo0};
     }
   }
-  philox8RoundsFrom(3, shared.k0, shared.k1, c);
+  philoxRoundsFrom(3, shared.k0, shared.k1, c);
 }
+
+#if defined(__AVX2__)
 
 // A batch's 32 words stored in stream order (out[4L + w] is word w of lane L): a 4 x 8 transpose.
 inline void store8InOrder(const Philox8& c, uint32_t out[32]) {
@@ -168,106 +219,13 @@ inline void store8InOrder(const Philox8& c, uint32_t out[32]) {
 template <int K>
 inline void philox8InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out) {
   Philox8 c[K];
-  philox8Rounds(s, block, c);
+  philoxRounds(s, block, c);
   for (int b = 0; b < K; ++b) store8InOrder(c[b], out + 32 * b);
 }
 
 #endif
 
 #if defined(__AVX512F__)
-
-// The 32 x 32 -> 64-bit products of 16 lanes: vpmuludq multiplies the even lanes; the odd lanes are
-// moved down for a second one. Each half of a 64-bit product goes to its lane by a masked dword swap
-// within the 64-bit pair (one instruction where a shift and a blend took two).
-inline void mulHiLo16(__m512i a, __m512i b, __m512i& hi, __m512i& lo) {
-  const __m512i even = _mm512_mul_epu32(a, b);
-  const __m512i odd = _mm512_mul_epu32(_mm512_shuffle_epi32(a, _MM_PERM_CDAB), b);
-  lo = _mm512_mask_shuffle_epi32(even, 0xaaaa, odd, _MM_PERM_CDAB);  // odd lanes: odd product's low half
-  hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_CDAB);  // even lanes: even product's high half
-}
-
-// The 4 words of 16 lanes' counters (block + lane) after Philox4x32-10's rounds.
-struct Philox16 {
-  __m512i c0, c1, c2, c3;
-};
-
-inline Philox16 philox16Counters(const scalar::RngStream& s, uint64_t block) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i lo = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(block)), lane);
-  const __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, lane);
-  const __m512i hiWord = _mm512_set1_epi32(static_cast<int32_t>(block >> 32));
-  return {lo, _mm512_mask_add_epi32(hiWord, wrapped, hiWord, _mm512_set1_epi32(1)),
-          _mm512_set1_epi32(static_cast<int32_t>(s.step)), _mm512_set1_epi32(static_cast<int32_t>(s.tensor))};
-}
-
-// Rounds firstRound .. 9 of K batches of 16 lanes side by side, from that round's keys k0, k1: a round is
-// a chain of dependent steps (multiply, swap, xor, about 8 cycles), and one batch alone left the
-// multiplier idle between them (two batches: 3.1 against 3.8 ms per 16M elements here; four against two:
-// 3.9-4.1 against 4.5-4.8 ms per 2M calls on the Xeon of 2026-12-04, where a round of two batches still
-// waited on its chain; six spill).
-template <int K>
-inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, Philox16 (&c)[K]) {
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int32_t>(kPhiloxM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int32_t>(kPhiloxM1));
-  for (int round = firstRound; round < 10; ++round) {
-    const __m512i key0 = _mm512_set1_epi32(static_cast<int32_t>(k0)), key1 = _mm512_set1_epi32(static_cast<int32_t>(k1));
-    for (int b = 0; b < K; ++b) {
-      __m512i hi0, lo0, hi1, lo1;
-      mulHiLo16(c[b].c0, m0, hi0, lo0);
-      mulHiLo16(c[b].c2, m1, hi1, lo1);
-      // a ^ b ^ c in one vpternlogd (truth table 0x96)
-      c[b] = {_mm512_ternarylogic_epi32(hi1, c[b].c1, key0, 0x96), lo1,
-              _mm512_ternarylogic_epi32(hi0, c[b].c3, key1, 0x96), lo0};
-    }
-    k0 += kPhiloxW0;
-    k1 += kPhiloxW1;
-  }
-}
-
-// Philox calls block .. block + 16K - 1 (lane L of batch b: call block + 16b + L), all ten rounds; rounds
-// 0-2 from PhiloxSharedRounds where the lanes share the counter's high word, as philox8Rounds.
-template <int K>
-inline void philoxRounds(const scalar::RngStream& s, uint64_t block, Philox16 (&c)[K]) {
-  if (!philoxHighWordShared(block, 16 * K)) {
-    for (int b = 0; b < K; ++b) c[b] = philox16Counters(s, block + 16 * static_cast<uint64_t>(b));
-    philoxRoundsFrom(0, s.k0, s.k1, c);
-    return;
-  }
-  const PhiloxSharedRounds shared = PhiloxSharedRounds::make(s, static_cast<uint32_t>(block >> 32));
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int32_t>(kPhiloxM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int32_t>(kPhiloxM1));
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const auto broadcast = [](uint32_t v) { return _mm512_set1_epi32(static_cast<int32_t>(v)); };
-  {  // round 0: words 0 and 1 are scalars
-    const __m512i xor2 = broadcast(shared.round0Word2);
-    for (int b = 0; b < K; ++b) {
-      __m512i hi0, lo0;
-      mulHiLo16(_mm512_add_epi32(broadcast(static_cast<uint32_t>(block) + 16u * static_cast<uint32_t>(b)), lane), m0, hi0, lo0);
-      c[b].c2 = _mm512_xor_si512(hi0, xor2);
-      c[b].c3 = lo0;
-    }
-  }
-  {  // round 1: word 0's product is a scalar; the new word 3 (its low half) is too, so it stays out of the lanes
-    const __m512i xor0 = broadcast(shared.round1Word0), xor2 = broadcast(shared.round1Word2);
-    for (int b = 0; b < K; ++b) {
-      __m512i hi1, lo1;
-      mulHiLo16(c[b].c2, m1, hi1, lo1);
-      c[b].c2 = _mm512_xor_si512(c[b].c3, xor2);
-      c[b].c0 = _mm512_xor_si512(hi1, xor0);
-      c[b].c1 = lo1;
-    }
-  }
-  {  // round 2: word 3 is a scalar (round 1's), folded into the xor
-    const __m512i key0 = broadcast(shared.round2Key0), xor2 = broadcast(shared.round2Word2);
-    for (int b = 0; b < K; ++b) {
-      __m512i hi0, lo0, hi1, lo1;
-      mulHiLo16(c[b].c0, m0, hi0, lo0);
-      mulHiLo16(c[b].c2, m1, hi1, lo1);
-      c[b] = {_mm512_ternarylogic_epi32(hi1, c[b].c1, key0, 0x96), lo1, _mm512_xor_si512(hi0, xor2), lo0};
-    }
-  }
-  philoxRoundsFrom(3, shared.k0, shared.k1, c);
-}
 
 // A batch's words stored in stream order: out[4L + w] is word w of lane L. Within each 128-bit chunk
 // one lane's 4 words (lanes 0,4,8,12 in r0; 1,5,9,13 in r1 ...), then the chunks put in lane order.

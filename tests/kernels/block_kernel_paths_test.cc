@@ -393,22 +393,33 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
               compared, cpuPathName(GetParam()));
 }
 
+// A block maximum in [1, 2) whose scaled value fl(a x blockScale(a, maxCode)) lies above maxCode, and a
+// block of n values a, -a, a / 4, ... with uniforms just below 1 on the a's and 0 elsewhere: floor takes
+// a to maxCode + 1 and -a to -(maxCode + 1), which the clamp must bring back.
+struct RangeEdgeBlock {
+  float a = 1.0f;
+  std::vector<float> x, u;
+  RangeEdgeBlock(float maxCode, size_t n) : x(n), u(n) {
+    for (int tries = 0; tries < 100000 && !(a * blockScale(a, maxCode) > maxCode); ++tries) a = std::nextafter(a, 2.0f);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
+      u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
+    }
+  }
+};
+
 // The clamp to [-127, 127] where it bites: a block maximum a whose scaled value fl(a x blockScale(a, 127))
 // lies above 127, with uniforms that carry it over: just below 1 takes a to floor(127 + ulp + u) = 128,
 // and 0 (the kernels accept any uniform) takes -a to floor(-127 - ulp) = -128. Both must come out as the
 // scalar clamp's +-127 (the AVX2 path clamps after the byte packs: a saturating pack gives 127, a byte
 // maximum -127), in the 32-value steps, the 8-value steps and the tail (n = 64 + 8 + 3).
 TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
-  float a = 1.0f;
-  for (int tries = 0; tries < 100000 && !(a * blockScale(a, 127.0f) > 127.0f); ++tries) a = std::nextafter(a, 2.0f);
-  const float scale = blockScale(a, 127.0f);
-  ASSERT_GT(a * scale, 127.0f) << "no block maximum in [1, 2) scales above 127";
   const size_t n = 64 + 8 + 3;
-  std::vector<float> x(n), u(n);
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
-    u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
-  }
+  const RangeEdgeBlock edge(127.0f, n);
+  const float scale = blockScale(edge.a, 127.0f);
+  ASSERT_GT(edge.a * scale, 127.0f) << "no block maximum in [1, 2) scales above 127";
+  const std::vector<float>& x = edge.x;
+  const std::vector<float>& u = edge.u;
   for (const bool stochastic : {false, true}) {
     const auto encode = [&](CpuPath path) {
       setCpuPath(path);
@@ -454,15 +465,11 @@ TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
 // bytes (storeClampedNibbles64), the other paths the lanes. Two groups of 8 blocks of 64, a rest of 64
 // and a tail of 3; every block has the maximum a, so every block's scale is blockScale(a, 7).
 TEST_P(BlockKernelPaths, Int4CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
-  float a = 1.0f;
-  for (int tries = 0; tries < 100000 && !(a * blockScale(a, 7.0f) > 7.0f); ++tries) a = std::nextafter(a, 2.0f);
-  ASSERT_GT(a * blockScale(a, 7.0f), 7.0f) << "no block maximum in [1, 2) scales above 7";
   const size_t n = 2 * 512 + 64 + 3;
-  std::vector<float> x(n), u(n);
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
-    u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
-  }
+  const RangeEdgeBlock edge(7.0f, n);
+  ASSERT_GT(edge.a * blockScale(edge.a, 7.0f), 7.0f) << "no block maximum in [1, 2) scales above 7";
+  const std::vector<float>& x = edge.x;
+  const std::vector<float>& u = edge.u;
   for (const bool stochastic : {false, true}) {
     const auto encode = [&](CpuPath path) {
       setCpuPath(path);
