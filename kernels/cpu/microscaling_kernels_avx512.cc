@@ -6,10 +6,10 @@
 
 #include "kernels/cpu/avx512_intrinsics.h"
 #include "kernels/cpu/avx512_block_steps.h"
+#include "kernels/cpu/e2m1_quarter_codes.h"
 #include "kernels/cpu/prefetch.h"
 
 #include <algorithm>
-#include <array>
 #include <type_traits>
 
 #if GRADCOMP_CPU_AVX512_KERNELS
@@ -355,38 +355,17 @@ __attribute__((always_inline)) GRADCOMP_AVX512 inline void keepInRegisters(V&...
   (keepInRegister(v), ...);
 }
 
-// E2M1 by table: its seven rounding edges (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most two mantissa
-// bits, so a magnitude's code is fixed by its exponent and top two mantissa bits (a key: 1 + one quarter
-// binade from 0.25 up, 0 below, clamped at 8 where every code is 6's) except at an edge itself, the start
-// of its quarter, where round-to-nearest-even picks the even neighbour. Each entry is the code just above
-// the quarter's start, bit 3 set where the start is an edge whose upper neighbour is odd (0.25, 1.25, 2.5,
-// 5: there the code is one less). Built from the scalar rule, so it cannot drift from it.
+// E2M1 by table (e2m1_quarter_codes.h): the entry of a magnitude's quarter-binade key, one less at an
+// edge whose flag (bit 3) is set.
 struct E2M1Table {
   __m512i lo, hi;                    // entries 0-15, 16-31
   __m512i keyBase, keyMax, signBit;  // the key's constants, and bit 3 (the code's sign)
 };
-constexpr uint32_t kE2M1KeyBase = (0x3e800000u >> 21) - 1;  // key 1 starts at 0.25 (bits 0x3e800000)
-
-// The entries, computed once (the encoder is called per 1024-value tile; 31 scalar conversions a call
-// cost as much as the tile's encode).
-const uint32_t* e2m1TableEntries() {
-  static const auto entries = [] {
-    const ElementSpec s = elementSpec(ElementFormat::E2M1);
-    std::array<uint32_t, 32> e{};  // e[0] = 0: below 0.25, 0 included
-    for (uint32_t k = 1; k < 32; ++k) {
-      const uint32_t start = (k + kE2M1KeyBase) << 21;
-      const uint8_t above = floatToElement(bitsToFloat(start + 1), s), at = floatToElement(bitsToFloat(start), s);
-      e[k] = above | (at != above ? 8u : 0u);  // at an odd-upper edge, at == above - 1
-    }
-    return e;
-  }();
-  return entries.data();
-}
 
 GRADCOMP_AVX512 E2M1Table e2m1TableFor() {
-  const uint32_t* e = e2m1TableEntries();
+  const uint32_t* e = e2m1QuarterEntries();
   return {_mm512_loadu_si512(e), _mm512_loadu_si512(e + 16), _mm512_set1_epi32(static_cast<int>(kE2M1KeyBase)),
-          _mm512_set1_epi32(31), _mm512_set1_epi32(8)};
+          _mm512_set1_epi32(static_cast<int>(kE2M1Keys - 1)), _mm512_set1_epi32(8)};
 }
 
 // The table entries of 16 magnitudes a (fp32 bits, finite).
