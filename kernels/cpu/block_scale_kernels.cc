@@ -325,6 +325,25 @@ static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float
 #endif
 
 #ifdef GRADCOMP_HAVE_AVX2
+// Scaled values rounded as the scalar loop rounds them before the clamp, stochastic: floor(x s + u). The
+// nearest rounding's callers pass x s as it is to the conversion, whose own rounding (to nearest even
+// under the default rounding mode, as nearbyint) is the scalar rule's: a clamp to integer bounds commutes
+// with rounding to nearest, and the vroundps it saves is two micro-ops on Intel cores.
+static inline __m256 stochasticRounded(__m256 scaled, const float* u) {
+  return _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u)));
+}
+
+// 32 int32 codes (8 in each of a..d) narrowed to bytes with signed saturation: two in-lane packs of pairs
+// and one more, which leave the bytes in lane order (codes 0-3 of a, b, c, d, then 4-7 of each).
+static inline __m256i packedCodeBytes32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  return _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+}
+
+// packedCodeBytes32's bytes stored in element order: a dword permute.
+static inline void storeCodeBytes32(__m256i bytes, int8_t* out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 // A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
 // the tail. kFinite: the block holds no NaN/Inf (every caller but encodeSymmetricIntBlock without its
 // nonFinite check has made sure), so its scaled values are in range for the byte-domain clamp below.
@@ -333,16 +352,14 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
                                   int8_t* codes, float* residual) {
   const int maxCode = static_cast<int>(top);
   size_t i0 = 0;
-  // The scalar loop's roundings: stochastic floor(x s + u), then the clamp; nearest: the clamp first,
-  // then the conversion's own rounding (to nearest even under the default rounding mode, as nearbyint:
-  // a clamp to integer bounds commutes with it, and vroundps is two micro-ops on Intel cores). Packed
-  // with signed saturation (the values are already within +-maxCode).
+  // The scalar loop's roundings (stochasticRounded, or nearest), then the clamp. Packed with signed saturation (the
+  // values are already within +-maxCode).
   const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
   const __m256 vInv = _mm256_set1_ps(1.0f / scale);
   const auto integerCodes = [&](size_t i) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 scaled = _mm256_mul_ps(v, vScale);
-    const __m256 q = uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i))) : scaled;
+    const __m256 q = uniforms ? stochasticRounded(scaled, uniforms + i) : scaled;
     const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi));
     // The code's value as the decoder forms it, from the integer code (+0 for code 0: the rounded float
     // is -0 for x = -0, and x - (-0) is +0 where the definition's x - (+0) is -0).
@@ -360,21 +377,16 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
     const __m256i lowest = _mm256_set1_epi8(-127);
     const auto rounded = [&](size_t i) {
       const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i), vScale);
-      return _mm256_cvtps_epi32(uniforms ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + i))) : scaled);
+      return _mm256_cvtps_epi32(uniforms ? stochasticRounded(scaled, uniforms + i) : scaled);
     };
-    for (; i0 + 32 <= n; i0 += 32) {
-      const __m256i a = rounded(i0), b = rounded(i0 + 8), c = rounded(i0 + 16), d = rounded(i0 + 24);
-      const __m256i bytes = _mm256_max_epi8(_mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d)), lowest);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i0),
-                          _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
+    for (; i0 + 32 <= n; i0 += 32)
+      storeCodeBytes32(
+          _mm256_max_epi8(packedCodeBytes32(rounded(i0), rounded(i0 + 8), rounded(i0 + 16), rounded(i0 + 24)), lowest),
+          codes + i0);
   }
-  for (; i0 + 32 <= n; i0 += 32) {
-    const __m256i a = integerCodes(i0), b = integerCodes(i0 + 8), c = integerCodes(i0 + 16), d = integerCodes(i0 + 24);
-    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i0),
-                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-  }
+  for (; i0 + 32 <= n; i0 += 32)
+    storeCodeBytes32(packedCodeBytes32(integerCodes(i0), integerCodes(i0 + 8), integerCodes(i0 + 16), integerCodes(i0 + 24)),
+                     codes + i0);
   for (; i0 + 8 <= n; i0 += 8) {
     const __m256i qi = integerCodes(i0);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
@@ -433,10 +445,7 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 template <bool kStochastic>
 static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
   const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x), vScale);
-  // Nearest: the clamp first, the rounding by the conversion itself (to nearest even under the default
-  // rounding mode, as nearbyint): a clamp to integer bounds commutes with rounding to nearest, and the
-  // vroundps it saves is two of the eight arithmetic micro-ops per vector on Intel cores.
-  const __m256 q = kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u))) : scaled;
+  const __m256 q = kStochastic ? stochasticRounded(scaled, u) : scaled;
   return _mm256_and_si256(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi)), _mm256_set1_epi32(0xf));
 }
 
@@ -478,11 +487,9 @@ static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* unifor
       const size_t b0 = g + kBlock * j;
       __m256i c[8];
       for (size_t k = 0; k < 8; ++k) {
+        // Clamped after the conversion (storeClampedNibbles64), which commutes with its rounding to nearest.
         const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + b0 + 8 * k), vScale);
-        // Stochastic: floor(x s + u); nearest: the conversion's own rounding (clamped after, which
-        // commutes with rounding to nearest, as int4Codes says).
-        c[k] = _mm256_cvtps_epi32(kStochastic ? _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(uniforms + b0 + 8 * k)))
-                                              : scaled);
+        c[k] = _mm256_cvtps_epi32(kStochastic ? stochasticRounded(scaled, uniforms + b0 + 8 * k) : scaled);
       }
       storeClampedNibbles64(c, 7, packed + b0 / 2);
     }
