@@ -310,6 +310,48 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
               differing, compared, cpuPathName(GetParam()));
 }
 
+// NVFP4 blocks with a subnormal E4M3 scale (codes 1-7, 2^-9 apart), whose rounding is coarse enough
+// that a block's largest quotient x / f reaches E2M1's overflow midpoint 7 without a saturated scale: for
+// code c, up to 6 (c + 1/2) / c (9 at code 1, 7.5 at 2, 7 at 3). The AVX2 group encoder counts saturation
+// by division only in blocks with a subnormal or saturated scale, so these must be counted as the scalar
+// reference does. Each block's largest magnitude is the largest with scale code c; its other values lie
+// within 4 ulps of 7 f where that is below the largest, else anywhere below it.
+TEST_P(BlockKernelPaths, Nvfp4SubnormalScalesNearTheOverflowMidpointAreCounted) {
+  std::mt19937_64 rng(18);
+  size_t counted = 0;
+  for (const float t : {0.0125f, 3.1e-7f, 0x1p-100f}) {
+    std::vector<float> x;
+    for (size_t b = 0; x.size() < 16 * 2048; ++b) {
+      // One code for 8 blocks in a row: a group encoder that screens 8 blocks at a time and divides all 8
+      // where one needs it would otherwise hide a missed code behind its neighbour's.
+      const uint8_t code = static_cast<uint8_t>(1 + b / 8 % 7);
+      const float f = scalar::nvfp4BlockFactor(code, t);
+      // The largest amax with this scale code: from (c + 1/2) 2^-9 x fl(6 t) down to the first that rounds to c.
+      float largest = scalar::mulRn((static_cast<float>(code) + 0.5f) * 0x1p-9f, scalar::mulRn(6.0f, t));
+      for (int step = 0; scalar::nvfp4BlockScaleCode(largest, t) != code; ++step) {
+        ASSERT_LT(step, 64) << "no largest magnitude for scale code " << int{code} << " at t " << t;
+        largest = std::bit_cast<float>(std::bit_cast<uint32_t>(largest) - 1u);
+      }
+      const float midpoint = scalar::mulRn(7.0f, f);
+      x.push_back(rng() % 2 ? -largest : largest);
+      for (int i = 1; i < 16; ++i) {
+        float v = std::bit_cast<float>(std::bit_cast<uint32_t>(midpoint) + static_cast<uint32_t>(rng() % 9) - 4u);
+        if (v > largest) v = largest * static_cast<float>(rng() % 1000) / 1000.0f;
+        x.push_back(rng() % 2 ? -v : v);
+      }
+    }
+    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    ASSERT_GT(want.saturated, x.size() / 16);  // codes 1 and 2 saturate every block's largest at least
+    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
+    ASSERT_EQ(got.codes, want.codes) << "t " << t;
+    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
+    counted += want.saturated;
+  }
+  std::printf("nvfp4 subnormal block scales near the overflow midpoint: %zu values counted on the %s path\n", counted,
+              cpuPathName(GetParam()));
+}
+
 // NVFP4 blocks whose largest quotient x / f lies within 4 ulps of E2M1's overflow midpoint (7): the
 // saturation count, which the AVX-512 group encoder screens by the product with fl(1 / f) 4 ulps short of
 // the midpoint, must be the scalar reference's. Only a saturated block scale (448, with a t too small for
