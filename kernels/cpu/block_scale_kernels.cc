@@ -379,14 +379,16 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
       const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i), vScale);
       return _mm256_cvtps_epi32(uniforms ? stochasticRounded(scaled, uniforms + i) : scaled);
     };
-    for (; i0 + 32 <= n; i0 += 32)
-      storeCodeBytes32(
-          _mm256_max_epi8(packedCodeBytes32(rounded(i0), rounded(i0 + 8), rounded(i0 + 16), rounded(i0 + 24)), lowest),
-          codes + i0);
+    for (; i0 + 32 <= n; i0 += 32) {
+      const __m256i a = rounded(i0), b = rounded(i0 + 8), c = rounded(i0 + 16), d = rounded(i0 + 24);
+      storeCodeBytes32(_mm256_max_epi8(packedCodeBytes32(a, b, c, d), lowest), codes + i0);
+    }
   }
-  for (; i0 + 32 <= n; i0 += 32)
-    storeCodeBytes32(packedCodeBytes32(integerCodes(i0), integerCodes(i0 + 8), integerCodes(i0 + 16), integerCodes(i0 + 24)),
-                     codes + i0);
+  for (; i0 + 32 <= n; i0 += 32) {
+    // Named, so that the residuals are stored in element order (function arguments are unsequenced).
+    const __m256i a = integerCodes(i0), b = integerCodes(i0 + 8), c = integerCodes(i0 + 16), d = integerCodes(i0 + 24);
+    storeCodeBytes32(packedCodeBytes32(a, b, c, d), codes + i0);
+  }
   for (; i0 + 8 <= n; i0 += 8) {
     const __m256i qi = integerCodes(i0);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));

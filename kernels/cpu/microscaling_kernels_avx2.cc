@@ -278,6 +278,7 @@ struct Nvfp4ScaleRule {
   ElementLanes codeLanes;
   __m256 sixT, t, reciprocalSixT;
   bool reciprocalUsable;
+  bool normalT;  // t >= 2^-126, as the codec's tensor scales are (nvfp4ChunkScales' saturation screen)
 };
 
 Nvfp4ScaleRule nvfp4ScaleRuleFor(float t) {
@@ -286,7 +287,7 @@ Nvfp4ScaleRule nvfp4ScaleRuleFor(float t) {
   // A normal reciprocal of a normal 6 t: both round once, relative 2^-24.
   const auto positiveNormal = [](float v) { return floatBits(v) - 0x00800000u < 0x7f000000u; };
   return {e4m3, lanesFor(e4m3), _mm256_set1_ps(sixT), _mm256_set1_ps(t), _mm256_set1_ps(reciprocal),
-          positiveNormal(sixT) && positiveNormal(reciprocal)};
+          positiveNormal(sixT) && positiveNormal(reciprocal), positiveNormal(t)};
 }
 
 inline __m256i nvfp4ScaleCodes8(__m256i amax, const Nvfp4ScaleRule& r) {
@@ -316,12 +317,16 @@ __attribute__((noinline)) size_t nvfp4ChunkScales(const float* x, size_t groups,
                                                   Nvfp4ChunkScales& s) {
   const __m256i absMask = _mm256_set1_epi32(0x7fffffff), maxFinite = _mm256_set1_epi32(0x7f7fffff);
   // A block saturates where fl(amax / f) >= E2M1's overflow midpoint, 7 (division is monotonic: a block's
-  // largest quotient is its maximum's). Only a saturated scale (448) or a subnormal one lets it: below
-  // 448, a normal E4M3 scale s is amax / fl(6 t) rounded to nearest with 3 mantissa bits, so
-  // amax / fl(6 t) <= s (1 + 2^-4) and amax / f <= 6 (1 + 2^-4) (times the roundings of 6 t, s t and the
-  // quotient, 2^-24 each) < 6.5. Those blocks' quotients are taken.
+  // largest quotient is its maximum's). With t >= 2^-126, only a saturated scale (448) or a subnormal one
+  // lets it: below 448, a normal E4M3 scale s (>= 2^-6) is amax / fl(6 t) rounded to nearest with 3
+  // mantissa bits, so amax / fl(6 t) <= s (1 + 2^-4), and amax / f <= 6 (1 + 2^-4) (1 + 2^-17)^3 < 6.5,
+  // the last factors the roundings of 6 t, of the quotients and of f = s t, which may be subnormal
+  // (>= 2^-132: relative 2^-17). Those blocks' quotients are taken, and every block's with a subnormal t
+  // (outside the codec's range, where f can round by far more). Zero blocks (scale code 0) have no codes
+  // to count.
   const __m256i atOverflow = _mm256_set1_epi32(static_cast<int>(elementOverflowBits(elementSpec(ElementFormat::E2M1)) - 1u));
   const __m256i minNormalScale = _mm256_set1_epi32(8), saturatedScale = _mm256_set1_epi32(0x7e);
+  const __m256i zeroScale = _mm256_setzero_si256();
   const __m256 one = _mm256_set1_ps(1.0f);
   for (size_t k = 0; k < groups; ++k) {
     __m256i amax;
@@ -356,8 +361,9 @@ __attribute__((noinline)) size_t nvfp4ChunkScales(const float* x, size_t groups,
     s.reciprocalsUsable[k] = usable;
     s.zero[k] = static_cast<unsigned>(_mm256_movemask_ps(isZero));
     unsigned saturating = 0;
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(
-            _mm256_or_si256(_mm256_cmpgt_epi32(minNormalScale, c), _mm256_cmpeq_epi32(c, saturatedScale))))) {
+    const __m256i subnormalScale = _mm256_andnot_si256(_mm256_cmpeq_epi32(c, zeroScale), _mm256_cmpgt_epi32(minNormalScale, c));
+    if (!rule.normalT ||
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(subnormalScale, _mm256_cmpeq_epi32(c, saturatedScale))))) {
       const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), d));
       saturating = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow))));
     }

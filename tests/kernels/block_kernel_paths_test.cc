@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -199,9 +200,10 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
   const float edges[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f};
   std::mt19937_64 rng(14);
   size_t compared = 0;
-  // Factors from 2^-109 to about 2^125 (0x1p116 is about the largest t a decoder accepts, FLT_MAX / 2688):
-  // the quotients near each edge for scales of every magnitude, and factors past 2^125 (divided).
-  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f}) {
+  // Factors from 2^-109 to past 2^125: the quotients near each edge for scales of every magnitude. 0x1p116
+  // gives factors up to 0x1.cp124; nvfp4TensorScale(FLT_MAX), the largest t the codec produces (FLT_MAX /
+  // 2688), factors past 2^125, which the group encoders divide by (their reciprocals are not used there).
+  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f, scalar::nvfp4TensorScale(FLT_MAX)}) {
     const size_t n = 4096 + 16;  // 16 whole groups and one block
     std::vector<float> x(n);
     for (size_t b = 0; b < n / 16; ++b) {
@@ -227,34 +229,31 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
               cpuPathName(GetParam()));
 }
 
-// NVFP4 elements whose quotient x / f lies within 3 ulps of the start of a quarter binade (where an E2M1
-// code changes) and whose product with fl(1 / f) rounds differently from the quotient: the cases where a
-// product standing in for the quotient (the AVX-512 group encoder, away from a start) would pick another
-// code. Found by search over random factors and quotients, all of a block's near one start, so that a
-// vector's lanes are all near the same start (a lane near another start would send the whole vector to
-// the divider and hide a start the kernel's test missed). Each block's largest magnitude is
-// fl(fl(6.1 t) s), whose E4M3 scale is s (checked) and whose quotient, about 6.1, is near no start.
-TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCodes) {
-  std::mt19937_64 rng(15);
-  const float t = 0.0125f;
+// Blocks of NVFP4 elements whose quotients x / f all lie near one start of a quarter binade (where an
+// E2M1 code changes), each quotient moved from the start by quotientUlps(rng) ulps and its x by up to
+// xUlps, kept only where the product with fl(1 / f) rounds differently from the quotient. Each block's
+// largest magnitude is fl(fl(6.1 t) s), whose E4M3 scale is s (checked) and whose quotient, about 6.1, is
+// near no start. Returns the elements (16 x 4096) and counts the differing ones.
+template <typename QuotientUlps>
+std::vector<float> nvfp4BlocksNearQuarterStarts(std::mt19937_64& rng, float t, QuotientUlps&& quotientUlps, int xUlps,
+                                                size_t& differing) {
   std::vector<float> x;
-  size_t differing = 0;
   while (x.size() < 16 * 4096) {
     const uint8_t code = static_cast<uint8_t>(1 + rng() % 0x7e);
     const float s = scalar::fp8ToFloat(code, scalar::Fp8Format::E4M3), f = s * t;
     const float largest = 6.1f * t * s;
     // Where f is a power of two (s = 1.25 x 2^k with t = 1/80) the product is the quotient: another scale.
     if (std::bit_cast<uint32_t>(f) << 9 == 0 || scalar::nvfp4BlockScaleCode(largest, t) != code) continue;
-    // A quarter start from 2^-3 to 6 (all of E2M1's edges and its saturation), each value moved from it by
-    // up to 3 ulps and its x by up to 2.
+    // A quarter start from 2^-3 to 6 (all of E2M1's edges and its saturation).
     const int exponent = static_cast<int>(rng() % 6) - 3;
     const float start = std::ldexp(1.0f + 0.25f * static_cast<float>(rng() % 4), exponent);
     if (start > 6.0f) continue;
     const float reciprocal = 1.0f / f;
     std::vector<float> block{largest};
     for (int tries = 0; block.size() < 16 && tries < 10000; ++tries) {
-      const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(start) + static_cast<uint32_t>(rng() % 7) - 3u);
-      const float v = std::bit_cast<float>(std::bit_cast<uint32_t>(q * f) + static_cast<uint32_t>(rng() % 5) - 2u);
+      const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(start) + static_cast<uint32_t>(quotientUlps(rng)));
+      const float v = std::bit_cast<float>(std::bit_cast<uint32_t>(q * f) +
+                                           static_cast<uint32_t>(static_cast<int>(rng() % (2 * xUlps + 1)) - xUlps));
       if (std::fabs(v) > 6.0f * f || v * reciprocal == v / f) continue;
       block.push_back(rng() % 2 ? -v : v);
     }
@@ -262,12 +261,45 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
     differing += 15;
     x.insert(x.end(), block.begin(), block.end());
   }
+  return x;
+}
+
+// NVFP4 elements whose quotient x / f lies within 3 ulps of the start of a quarter binade and whose
+// product with fl(1 / f) rounds differently from the quotient: the cases where a product standing in for
+// the quotient (the group encoders, away from a start) would pick another code. All of a block's near one
+// start, so that a vector's lanes are all near the same start (a lane near another start would send the
+// whole vector to the divider and hide a start the kernel's test missed).
+TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCodes) {
+  std::mt19937_64 rng(15);
+  const float t = 0.0125f;
+  size_t differing = 0;
+  const std::vector<float> x =
+      nvfp4BlocksNearQuarterStarts(rng, t, [](std::mt19937_64& r) { return static_cast<int>(r() % 7) - 3; }, 2, differing);
   const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
   const Packed got = run(GetParam(), 5, x, 16, t, &want);
   ASSERT_EQ(got.codes, want.codes);
   ASSERT_EQ(got.scaleCodes, want.scaleCodes);
   ASSERT_EQ(got.saturated, want.saturated);
   std::printf("nvfp4 products that differ from the quotient near a quarter's start: %zu elements on the %s path\n",
+              differing, cpuPathName(GetParam()));
+}
+
+// The same just outside the group encoders' near-start window (quotients 4-7 ulps below a start or 5-8
+// above it, x moved by up to 1 ulp): there the product stands in for the quotient, although the two
+// differ, and its code (the AVX2 path's by key on bytes) must be the quotient's.
+TEST_P(BlockKernelPaths, Nvfp4ProductsJustOutsideTheNearStartWindowGiveTheScalarCodes) {
+  std::mt19937_64 rng(19);
+  const float t = 0.0125f;
+  size_t differing = 0;
+  const std::vector<float> x = nvfp4BlocksNearQuarterStarts(
+      rng, t, [](std::mt19937_64& r) { return r() % 2 ? 5 + static_cast<int>(r() % 4) : -4 - static_cast<int>(r() % 4); },
+      1, differing);
+  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+  const Packed got = run(GetParam(), 5, x, 16, t, &want);
+  ASSERT_EQ(got.codes, want.codes);
+  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
+  ASSERT_EQ(got.saturated, want.saturated);
+  std::printf("nvfp4 products that differ from the quotient just outside the near-start window: %zu elements on the %s path\n",
               differing, cpuPathName(GetParam()));
 }
 
@@ -279,16 +311,20 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
 TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
   std::mt19937_64 rng(16);
   size_t differing = 0, compared = 0;
-  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 0x1p-100f, 0x1p90f}) {
+  // 16-value blocks through the group encoders, 32 and 48 through the per-block loops (the same scale
+  // rule); the largest t the codec produces, whose factors reach 2^125.
+  for (const size_t blockSize : {size_t{16}, size_t{32}, size_t{48}})
+  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 0x1p-100f, 0x1p90f, scalar::nvfp4TensorScale(FLT_MAX)}) {
     const float sixT = scalar::mulRn(6.0f, t), reciprocal = 1.0f / sixT;
     std::vector<float> x;
-    while (x.size() < 256 * 128) {
+    while (x.size() < blockSize * 2048) {
       // A value of four fraction bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
       // to 3 ulps; its amax by up to 2.
       const float step = std::ldexp(1.0f + 0.0625f * static_cast<float>(rng() % 16), static_cast<int>(rng() % 19) - 10);
       if (step > 464.0f) continue;
       const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(step) + static_cast<uint32_t>(rng() % 7) - 3u);
       const float amax = std::bit_cast<float>(std::bit_cast<uint32_t>(q * sixT) + static_cast<uint32_t>(rng() % 5) - 2u);
+      if (!std::isfinite(amax)) continue;  // past FLT_MAX at the largest t
       if (scalar::floatToFp8(amax * reciprocal, scalar::Fp8Format::E4M3) == scalar::nvfp4BlockScaleCode(amax, t)) continue;
       ++differing;
       const size_t near = rng() % 16;
@@ -296,15 +332,15 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
         // Far blocks: a quotient of mantissa 1 + 2^-5 (2^18 ulps from a step's start), 2^-6 .. 2^8.
         const float largest = b == near ? amax : std::ldexp(1.03125f, static_cast<int>(rng() % 15) - 6) * sixT;
         x.push_back(rng() % 2 ? -largest : largest);
-        for (int i = 1; i < 16; ++i) x.push_back(largest * static_cast<float>(rng() % 1000) / 1000.0f);
+        for (size_t i = 1; i < blockSize; ++i) x.push_back(largest * (static_cast<float>(rng() % 1000) / 1000.0f));  // no overflow at the largest t
       }
     }
-    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-    const Packed got = run(GetParam(), 5, x, 16, t, &want);
-    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
-    ASSERT_EQ(got.codes, want.codes) << "t " << t;
-    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
-    compared += x.size() / 16;
+    const Packed want = run(CpuPath::Scalar, 5, x, blockSize, t);
+    const Packed got = run(GetParam(), 5, x, blockSize, t, &want);
+    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t << ", blocks of " << blockSize;
+    ASSERT_EQ(got.codes, want.codes) << "t " << t << ", blocks of " << blockSize;
+    ASSERT_EQ(got.saturated, want.saturated) << "t " << t << ", blocks of " << blockSize;
+    compared += x.size() / blockSize;
   }
   std::printf("nvfp4 block scales whose product and quotient differ near an E4M3 step: %zu of %zu blocks on the %s path\n",
               differing, compared, cpuPathName(GetParam()));
@@ -350,6 +386,21 @@ TEST_P(BlockKernelPaths, Nvfp4SubnormalScalesNearTheOverflowMidpointAreCounted) 
   }
   std::printf("nvfp4 subnormal block scales near the overflow midpoint: %zu values counted on the %s path\n", counted,
               cpuPathName(GetParam()));
+}
+
+// A subnormal tensor scale, which the codec never produces (nvfp4TensorScale floors it at 2^-126) but the
+// kernels accept: a factor f = fl(s t) can then round far down (1.375 x 2^-149 to 2^-149), so a block with
+// a normal E4M3 scale reaches the overflow midpoint (amax / f = 8 here) and must be counted.
+TEST_P(BlockKernelPaths, Nvfp4SubnormalTensorScaleCountsSaturationAsTheScalarPath) {
+  const float t = 0x1p-143f;
+  std::vector<float> x(16 * 64, 0.0f);
+  for (size_t b = 0; b < x.size() / 16; ++b) x[16 * b] = b % 2 ? -0x1p-146f : 0x1p-146f;
+  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
+  const Packed got = run(GetParam(), 5, x, 16, t, &want);
+  ASSERT_EQ(want.saturated, x.size() / 16);
+  ASSERT_EQ(got.saturated, want.saturated);
+  ASSERT_EQ(got.codes, want.codes);
+  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
 }
 
 // NVFP4 blocks whose largest quotient x / f lies within 4 ulps of E2M1's overflow midpoint (7): the
