@@ -250,161 +250,87 @@ inline __m256i e2m1CodeBytes(const __m256i* p, const __m256i* x, const E2M1KeyBy
   return _mm256_blendv_epi8(code, _mm256_or_si256(code, k.signBit), sign);
 }
 
-// The scales of up to kNvfp4ChunkGroups groups of 8 NVFP4 blocks, for their codes: each block's divisor
-// f (a zero factor, a block below E4M3's smallest scale, divides by 1 and has its codes cleared after
-// they are stored, as the scalar path writes all-zero codes) and fl(1 / f), per group whether every
-// reciprocal is usable (f in [2^-125, 2^125), so that fl(1 / f) is normal), and which blocks are zero and
-// which have values at or past the overflow midpoint.
-// 8 groups: 4 KiB of input, in L1 between the phases where the scale phase reads it for the maxima. Where
-// the tensor's first pass kept them, 16 or 64 groups were slower from memory (0.3-1.2 ms per 16M values
-// on Zen 4), although faster in cache: the scale phase issues no loads of x, and the longer it runs, the
-// longer the memory waits.
-constexpr size_t kNvfp4ChunkGroups = 8;
-struct Nvfp4ChunkScales {
-  alignas(32) float divisors[kNvfp4ChunkGroups][8];
-  alignas(32) float reciprocals[kNvfp4ChunkGroups][8];
-  unsigned zero[kNvfp4ChunkGroups], saturating[kNvfp4ChunkGroups];
-  bool reciprocalsUsable[kNvfp4ChunkGroups];
-};
-
-// The scale rule on 8 blocks in the lanes of the element conversion with E4M3's constants: code =
-// E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t) (nvfp4BlockFactor). As on
-// AVX-512 (nvfp4ScaleCodesByProduct, where the argument is spelled out), the product amax x fl(1 / fl(6 t))
-// stands in for the quotient where it lies 4 or more ulps inside a step of E4M3's rounding (2^19 ulps);
-// 8 maxima with a lane nearer a step's start (about 7 in 2^19 of random maxima), an overflowing product,
-// or a t whose reciprocal is not usable, are divided.
-struct Nvfp4ScaleRule {
-  ElementSpec e4m3;
-  ElementLanes codeLanes;
-  __m256 sixT, t, reciprocalSixT;
-  bool reciprocalUsable;
-  bool normalT;  // t >= 2^-126, as the codec's tensor scales are (nvfp4ChunkScales' saturation screen)
-};
-
-Nvfp4ScaleRule nvfp4ScaleRuleFor(float t) {
-  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
-  const float sixT = mulRn(kNvfp4ElementMax, t), reciprocal = divRn(1.0f, sixT);
-  // A normal reciprocal of a normal 6 t: both round once, relative 2^-24.
-  const auto positiveNormal = [](float v) { return floatBits(v) - 0x00800000u < 0x7f000000u; };
-  return {e4m3, lanesFor(e4m3), _mm256_set1_ps(sixT), _mm256_set1_ps(t), _mm256_set1_ps(reciprocal),
-          positiveNormal(sixT) && positiveNormal(reciprocal), positiveNormal(t)};
-}
-
-inline __m256i nvfp4ScaleCodes8(__m256i amax, const Nvfp4ScaleRule& r) {
-  uint32_t unused = 0;  // a scale's saturation is not an element's
-  if (r.reciprocalUsable) {
-    const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(amax), r.reciprocalSixT);
-    // Below 2^-12 tested as a value far inside its step: there both round to code 0 (below 2^-10, whose
-    // tie goes to 0), and zero maxima sit at a start. (bits + 3) mod 2^19 in [0, 6]: near a start.
-    const __m256i tested = _mm256_max_epu32(_mm256_castps_si256(scaled),
-                                            _mm256_set1_epi32(static_cast<int>(floatBits(0x1p-12f) | 0x40000u)));
-    const __m256i offset = _mm256_and_si256(_mm256_add_epi32(tested, _mm256_set1_epi32(3)), _mm256_set1_epi32(0x7ffff));
-    if (!_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(7), offset))))
-      return elementCodes(scaled, r.codeLanes, unused);
-  }
-  return elementCodes(_mm256_div_ps(_mm256_castsi256_ps(amax), r.sixT), r.codeLanes, unused);
-}
-
-// The scales of `groups` groups of 8 blocks from x (their maxima from maxBits, one per block, where the
-// tensor's first pass kept them, else found here), their scale codes stored. Stops before a group whose
-// maximum is not finite; returns the groups ready. Not inlined: in its own function the constants of the
-// scale rule stay in registers, where inside the encoder's loop, beside the codes' constants, they were
-// built anew at each use (a third of the encoder's time went to this phase).
-// The rule is taken by value: the stores through uint8_t* (scaleCodes) may alias anything a reference
-// reaches, so its fields were loaded anew, and the element conversion's shifts derived anew, per group.
-__attribute__((noinline)) size_t nvfp4ChunkScales(const float* x, size_t groups, const uint32_t* maxBits,
-                                                  const Nvfp4ScaleRule rule, uint8_t* scaleCodes,
-                                                  Nvfp4ChunkScales& s) {
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff), maxFinite = _mm256_set1_epi32(0x7f7fffff);
-  // A block saturates where fl(amax / f) >= E2M1's overflow midpoint, 7 (division is monotonic: a block's
-  // largest quotient is its maximum's). With t >= 2^-126, only a saturated scale (448) or a subnormal one
-  // lets it: below 448, a normal E4M3 scale s (>= 2^-6) is amax / fl(6 t) rounded to nearest with 3
-  // mantissa bits, so amax / fl(6 t) <= s (1 + 2^-4), and amax / f <= 6 (1 + 2^-4) (1 + 2^-17)^3 < 6.5,
-  // the last factors the roundings of 6 t, of the quotients and of f = s t, which may be subnormal
-  // (>= 2^-132: relative 2^-17). Those blocks' quotients are taken, and every block's with a subnormal t
-  // (outside the codec's range, where f can round by far more). Zero blocks (scale code 0) have no codes
-  // to count.
-  const __m256i atOverflow = _mm256_set1_epi32(static_cast<int>(elementOverflowBits(elementSpec(ElementFormat::E2M1)) - 1u));
-  const __m256i minNormalScale = _mm256_set1_epi32(8), saturatedScale = _mm256_set1_epi32(0x7e);
-  const __m256i zeroScale = _mm256_setzero_si256();
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (size_t k = 0; k < groups; ++k) {
-    __m256i amax;
-    if (maxBits) {
-      amax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(maxBits + 8 * k));
-    } else {
-      const float* xg = x + 128 * k;
-      __m256i m[8];
-      for (int j = 0; j < 8; ++j) {
-        // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
-        prefetchFloats(xg, 16 * j + 512, 16 * j + 528, PrefetchInto::L1);
-        m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), absMask),
-                                _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), absMask));
-      }
-      amax = laneMaxima8(m);
-    }
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) return k;
-    const __m256i c = nvfp4ScaleCodes8(amax, rule);
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + 8 * k), _mm_packus_epi16(w, w));
-    const __m256 factors = _mm256_mul_ps(elementValues(c, rule.e4m3), rule.t);
-    const __m256 isZero = _mm256_cmp_ps(factors, _mm256_setzero_ps(), _CMP_EQ_OQ);
-    const __m256 d = _mm256_blendv_ps(factors, one, isZero);
-    const __m256 r = _mm256_div_ps(one, d);
-    _mm256_store_ps(s.divisors[k], d);
-    _mm256_store_ps(s.reciprocals[k], r);
-    // d in [2^-125, 2^125): its bits in [0x01000000, 0x7e000000), both bounds below 2^31.
-    const __m256i dBits = _mm256_castps_si256(d);
-    const bool usable = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(
-                            _mm256_cmpgt_epi32(dBits, _mm256_set1_epi32(0x00ffffff)),
-                            _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7e000000), dBits)))) == 0xff;
-    s.reciprocalsUsable[k] = usable;
-    s.zero[k] = static_cast<unsigned>(_mm256_movemask_ps(isZero));
-    unsigned saturating = 0;
-    const __m256i subnormalScale = _mm256_andnot_si256(_mm256_cmpeq_epi32(c, zeroScale), _mm256_cmpgt_epi32(minNormalScale, c));
-    if (!rule.normalT ||
-        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(subnormalScale, _mm256_cmpeq_epi32(c, saturatedScale))))) {
-      const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), d));
-      saturating = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow))));
-    }
-    s.saturating[k] = saturating & ~s.zero[k];
-  }
-  return groups;
-}
-
 // NVFP4 with its standard 16-element blocks, 8 blocks (128 elements) a group, as the AVX-512 group
-// encoder, in chunks of kNvfp4ChunkGroups groups: first every group's scales (nvfp4ChunkScales), then
-// every group's codes. A group's scales are a chain of dependent steps (reduction, division, two
-// conversions) that, interleaved with its own codes, kept the reorder window from reaching the next
-// group's; chunked, the chains overlap. Saturation is counted only in the blocks whose maximum reaches
-// the overflow midpoint. Stops before a last partial group or a group whose maximum is not finite;
-// returns the elements encoded.
+// encoder, in chunks of up to 8 groups: first every group's scales (each group's maxima by one transposing
+// reduction, or loaded from blockMaxBits where the tensor's first pass kept them; the 8 scales in one
+// register; the divisors and their reciprocals stored), then every group's codes. A group's scales are a
+// chain of dependent steps (reduction, division, two conversions) that, interleaved with its own codes,
+// kept the reorder window from reaching the next group's; chunked, 8 such chains overlap. Saturation is
+// counted only in the blocks whose maximum reaches the overflow midpoint (division is monotonic: a
+// block's largest quotient is its maximum's). Stops before a last partial group or a group whose maximum
+// is not finite; returns the elements encoded.
 //
-// The codes are those of the quotient a / f correctly rounded (the definition's). As on AVX-512, the
-// product a x r with r = fl(1 / f) stands in for the quotient wherever it lies 4 or more ulps from a
-// quarter binade's start: r is within half an ulp of 1 / f, so fl(a x r) is within 2 ulps of
-// fl(a / f), both lie inside the same quarter and neither is its start, where alone the code is not the
-// key's (e2m1_quarter_codes.h). Products below 0.2 are tested as 0.2, far from a start: there both round
-// to code 0, and the exact zeros of a sparse gradient, which sit at a start, would otherwise all be
-// divided. 64 codes (4 blocks) with a lane nearer a start (about 8 in 2^21 of random values per lane) are
-// divided, and so is a group with a reciprocal that is not usable. vdivps, one per 8 values, and the
+// The codes are those of the quotient a / f correctly rounded (the definition's; a zero factor's block is
+// divided by 1 and its codes cleared afterwards). As on AVX-512, the product a x r with r = fl(1 / f)
+// stands in for the quotient wherever it lies 4 or more ulps from a quarter binade's start: r is within
+// half an ulp of 1 / f, so fl(a x r) is within 2 ulps of fl(a / f), both lie inside the same quarter and
+// neither is its start, where alone the code is not the key's (e2m1_quarter_codes.h). Products below 0.2
+// are tested as 0.2, far from a start: there both round to code 0, and the exact zeros of a sparse
+// gradient, which sit at a start, would otherwise all be divided. 64 codes (4 blocks) with a lane nearer
+// a start (about 8 in 2^21 of random values per lane) are divided, and so is a group with a factor
+// outside [2^-125, 2^125), whose reciprocal could be subnormal. vdivps, one per 8 values, and the
 // rounding of each quotient in its 32-bit lane took most of this loop's arithmetic; the keys are found
-// and looked up on bytes, 32 at a time.
+// and looked up on bytes, 32 at a time. (The scales in a function of their own, their constants kept in
+// registers, ran faster in cache but 0.3-1 ms slower per 16M values from memory, with a margin that moved
+// with the stack's layout: docs/notes.md, twenty-sixth part.)
 size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* blockMaxBits, uint8_t* packed,
                          uint8_t* scaleCodes, uint64_t& saturated) {
+  constexpr size_t kGroups = 8;  // per chunk: 4 KiB of input (without kept maxima, in L1 between the phases)
   const ElementLanes l = lanesFor(elementSpec(ElementFormat::E2M1));
-  const Nvfp4ScaleRule rule = nvfp4ScaleRuleFor(t);
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  const ElementLanes scaleLanes = lanesFor(e4m3);
   const E2M1KeyBytes keys = e2m1KeyBytesFor();
-  const __m256i atOverflow = _mm256_sub_epi32(l.overflow, l.one);
+  const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
+  const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff), atOverflow = _mm256_sub_epi32(l.overflow, l.one);
   // (bits + 3) & 0x1ffff8 is zero within 3 ulps below a quarter's start or 4 above it.
   const __m256i codeZeroFloor = _mm256_castps_si256(_mm256_set1_ps(0.2f)), nearStart = _mm256_set1_epi32(3),
                 nearStartBits = _mm256_set1_epi32(0x1ffff8);
-  Nvfp4ChunkScales s;
   size_t g = 0;
   while (g + 128 <= n) {
-    const size_t wanted = std::min(kNvfp4ChunkGroups, (n - g) / 128);
-    const size_t groups = nvfp4ChunkScales(x + g, wanted, blockMaxBits ? blockMaxBits + g / 16 : nullptr, rule,
-                                           scaleCodes + g / 16, s);
+    alignas(32) float divisors[kGroups][8], reciprocals[kGroups][8];
+    unsigned zero[kGroups], sat[kGroups];
+    bool reciprocalsUsable[kGroups];
+    size_t groups = 0;
+    bool nonFinite = false;
+    for (; groups < kGroups && g + 128 * (groups + 1) <= n; ++groups) {
+      const float* xg = x + g + 128 * groups;
+      __m256i amax;
+      if (blockMaxBits) {
+        amax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blockMaxBits + (g + 128 * groups) / 16));
+      } else {
+        __m256i m[8];
+        for (int j = 0; j < 8; ++j) {
+          // The line 2 KiB ahead, as blockMaxAbsBitsAvx2 asks for it: this is the encoder's stream from memory.
+          prefetchFloats(xg, 16 * j + 512, 16 * j + 528, PrefetchInto::L1);
+          m[j] = _mm256_max_epu32(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j)), l.absMask),
+                                  _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8)), l.absMask));
+        }
+        amax = laneMaxima8(m);
+      }
+      if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, maxFinite)))) {
+        nonFinite = true;
+        break;
+      }
+      uint32_t unused = 0;  // a scale's saturation is not an element's
+      const __m256i c = elementCodes(_mm256_div_ps(_mm256_castsi256_ps(amax), vSixT), scaleLanes, unused);
+      const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(scaleCodes + (g + 128 * groups) / 16), _mm_packus_epi16(w, w));
+      const __m256 factors = _mm256_mul_ps(elementValues(c, e4m3), vT);
+      const __m256 isZero = _mm256_cmp_ps(factors, _mm256_setzero_ps(), _CMP_EQ_OQ);
+      const __m256 d = _mm256_blendv_ps(factors, _mm256_set1_ps(1.0f), isZero);
+      _mm256_store_ps(divisors[groups], d);
+      _mm256_store_ps(reciprocals[groups], _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+      // d in [2^-125, 2^125): its bits in [0x01000000, 0x7e000000), both bounds below 2^31.
+      const __m256i dBits = _mm256_castps_si256(d);
+      reciprocalsUsable[groups] =
+          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(
+              _mm256_cmpgt_epi32(dBits, _mm256_set1_epi32(0x00ffffff)),
+              _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7e000000), dBits)))) == 0xff;
+      zero[groups] = static_cast<unsigned>(_mm256_movemask_ps(isZero));
+      const __m256i ymax = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(amax), d));
+      sat[groups] = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ymax, atOverflow)))) &
+                    ~zero[groups];
+    }
     for (size_t k = 0; k < groups; ++k) {
       const float* xg = x + g + 128 * k;
       uint8_t* pg = packed + (g + 128 * k) / 2;
@@ -412,7 +338,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
         // With the maxima kept, this loop is the first to read x: no software prefetch (2 KiB ahead into L1,
         // or 4 KiB and 32 KiB into L2, as the maxima pass asks: 0-15 % slower on Zen 4, which
         // streams this read on its own hardware prefetchers).
-        if (s.reciprocalsUsable[k]) {
+        if (reciprocalsUsable[k]) {
           __m256i codeBytes[2], nearest = _mm256_set1_epi32(-1);
           for (int pair = 0; pair < 2; ++pair) {  // 2 blocks, 32 codes
             __m256i xb[4], p[4];
@@ -420,7 +346,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
               const int j = half + 2 * pair + v / 2;
               xb[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8 * (v % 2)));
               const __m256 product = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(xb[v], l.absMask)),
-                                                   _mm256_broadcast_ss(&s.reciprocals[k][j]));
+                                                   _mm256_broadcast_ss(&reciprocals[k][j]));
               p[v] = _mm256_max_epu32(_mm256_castps_si256(product), codeZeroFloor);
               nearest = _mm256_min_epu32(nearest, _mm256_and_si256(_mm256_add_epi32(p[v], nearStart), nearStartBits));
             }
@@ -435,7 +361,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
         for (int b = 0; b < 4; ++b) {
           const int j = half + b;
           // Divided, not multiplied by a reciprocal: the definition's rounding.
-          const __m256 fj = _mm256_broadcast_ss(&s.divisors[k][j]);
+          const __m256 fj = _mm256_broadcast_ss(&divisors[k][j]);
           const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j));
           const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + 8));
           const __m256i y0 = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(x0, l.absMask)), fj));
@@ -445,10 +371,10 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
         }
         storeNibbles64(c, pg + 8 * half);
       }
-      for (unsigned z = s.zero[k]; z; z &= z - 1) std::memset(pg + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
-      for (unsigned b = s.saturating[k]; b; b &= b - 1) {
-        const size_t j = static_cast<size_t>(__builtin_ctz(b));
-        const __m256 fj = _mm256_broadcast_ss(&s.divisors[k][j]);
+      for (unsigned z = zero[k]; z; z &= z - 1) std::memset(pg + 8 * static_cast<size_t>(__builtin_ctz(z)), 0, 8);
+      for (unsigned s = sat[k]; s; s &= s - 1) {
+        const size_t j = static_cast<size_t>(__builtin_ctz(s));
+        const __m256 fj = _mm256_broadcast_ss(&divisors[k][j]);
         for (size_t half = 0; half < 16; half += 8) {
           const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16 * j + half)), l.absMask);
           const __m256i y = _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(a), fj));
@@ -458,7 +384,7 @@ size_t encodeNvfp4Groups(const float* x, size_t n, float t, const uint32_t* bloc
       }
     }
     g += 128 * groups;
-    if (groups < wanted) break;  // a group whose maximum is not finite
+    if (nonFinite) break;
   }
   return g;
 }
@@ -700,9 +626,12 @@ BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize
     r.done = n;
     return r;
   }
-  // The scale rule on 8 blocks at a time (nvfp4ScaleCodes8): per block in scalar code it costs about what
-  // the block's 16 elements do.
-  const Nvfp4ScaleRule rule = nvfp4ScaleRuleFor(t);
+  // The scale rule on 8 blocks at a time in the lanes of the element conversion with E4M3's constants:
+  // code = E4M3(amax / fl(6 t)) (nvfp4BlockScaleCode), factor = fl(E4M3 value x t) (nvfp4BlockFactor).
+  // Per block in scalar code it costs about what the block's 16 elements do.
+  const ElementSpec e4m3 = elementSpec(ElementFormat::E4M3);
+  const ElementLanes scaleLanes = lanesFor(e4m3);
+  const __m256 vSixT = _mm256_set1_ps(mulRn(kNvfp4ElementMax, t)), vT = _mm256_set1_ps(t);
   uint64_t bad = ~uint64_t{0};
   const BlocksEncoded rest = encodeBlocks<true>(
       x + done, n - done, blockSize, lanesFor(elementSpec(ElementFormat::E2M1)), packed + done / 2,
@@ -712,11 +641,14 @@ BlocksEncoded encodeNvfp4BlocksPacked(const float* x, size_t n, size_t blockSize
           // A short last group's missing lanes read 0 (a rep movs of a memcpy here cost 4 % of the encode).
           alignas(32) uint32_t amax[8] = {};
           for (size_t k = 0; k < 8 && j + k < count; ++k) amax[k] = maxBits[j + k];
-          const __m256i c = nvfp4ScaleCodes8(_mm256_load_si256(reinterpret_cast<const __m256i*>(amax)), rule);
+          uint32_t unused = 0;  // a scale's saturation is not an element's
+          const __m256i c = elementCodes(
+              _mm256_div_ps(_mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(amax))), vSixT),
+              scaleLanes, unused);
           alignas(32) uint32_t code[8];
           alignas(32) float factor[8];
           _mm256_store_si256(reinterpret_cast<__m256i*>(code), c);
-          _mm256_store_ps(factor, _mm256_mul_ps(elementValues(c, rule.e4m3), rule.t));
+          _mm256_store_ps(factor, _mm256_mul_ps(elementValues(c, e4m3), vT));
           for (size_t k = 0; k < 8 && j + k < count; ++k) {
             codes[j + k] = static_cast<uint8_t>(code[k]);
             factors[j + k] = factor[k];
