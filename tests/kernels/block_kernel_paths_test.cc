@@ -192,6 +192,17 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
               compared, cpuPathName(GetParam()));
 }
 
+// x encoded as NVFP4 (tensor scale t) on the scalar path and on `path`: the same codes, scale codes and
+// saturation count expected. Returns the scalar path's result.
+Packed nvfp4OnPathAsScalar(CpuPath path, const std::vector<float>& x, size_t blockSize, float t) {
+  Packed want = run(CpuPath::Scalar, 5, x, blockSize, t);
+  const Packed got = run(path, 5, x, blockSize, t, &want);
+  EXPECT_EQ(got.codes, want.codes) << "t " << t << ", blocks of " << blockSize;
+  EXPECT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t << ", blocks of " << blockSize;
+  EXPECT_EQ(got.saturated, want.saturated) << "t " << t << ", blocks of " << blockSize;
+  return want;
+}
+
 // NVFP4 elements whose quotient x / f lies on or within two ulps of an E2M1 rounding edge (0.25, 0.75,
 // ..., 5) or grid value, for block scales across E4M3's range: where a quotient computed without a
 // correctly rounded division would pick the neighbouring code. Each block's largest magnitude is
@@ -218,11 +229,7 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
         x[16 * b + i] = rng() % 2 ? -v : v;
       }
     }
-    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-    const Packed got = run(GetParam(), 5, x, 16, t, &want);
-    ASSERT_EQ(got.codes, want.codes) << "t " << t;
-    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
-    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
+    nvfp4OnPathAsScalar(GetParam(), x, 16, t);
     compared += n;
   }
   std::printf("nvfp4 at E2M1's rounding edges: %zu elements on the %s path equal the scalar reference\n", compared,
@@ -275,11 +282,7 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
   size_t differing = 0;
   const std::vector<float> x =
       nvfp4BlocksNearQuarterStarts(rng, t, [](std::mt19937_64& r) { return static_cast<int>(r() % 7) - 3; }, 2, differing);
-  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-  const Packed got = run(GetParam(), 5, x, 16, t, &want);
-  ASSERT_EQ(got.codes, want.codes);
-  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
-  ASSERT_EQ(got.saturated, want.saturated);
+  nvfp4OnPathAsScalar(GetParam(), x, 16, t);
   std::printf("nvfp4 products that differ from the quotient near a quarter's start: %zu elements on the %s path\n",
               differing, cpuPathName(GetParam()));
 }
@@ -294,11 +297,7 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsJustOutsideTheNearStartWindowGiveTheScalar
   const std::vector<float> x = nvfp4BlocksNearQuarterStarts(
       rng, t, [](std::mt19937_64& r) { return r() % 2 ? 5 + static_cast<int>(r() % 4) : -4 - static_cast<int>(r() % 4); },
       1, differing);
-  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-  const Packed got = run(GetParam(), 5, x, 16, t, &want);
-  ASSERT_EQ(got.codes, want.codes);
-  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
-  ASSERT_EQ(got.saturated, want.saturated);
+  nvfp4OnPathAsScalar(GetParam(), x, 16, t);
   std::printf("nvfp4 products that differ from the quotient just outside the near-start window: %zu elements on the %s path\n",
               differing, cpuPathName(GetParam()));
 }
@@ -335,11 +334,7 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
         for (size_t i = 1; i < blockSize; ++i) x.push_back(largest * (static_cast<float>(rng() % 1000) / 1000.0f));  // no overflow at the largest t
       }
     }
-    const Packed want = run(CpuPath::Scalar, 5, x, blockSize, t);
-    const Packed got = run(GetParam(), 5, x, blockSize, t, &want);
-    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t << ", blocks of " << blockSize;
-    ASSERT_EQ(got.codes, want.codes) << "t " << t << ", blocks of " << blockSize;
-    ASSERT_EQ(got.saturated, want.saturated) << "t " << t << ", blocks of " << blockSize;
+    nvfp4OnPathAsScalar(GetParam(), x, blockSize, t);
     compared += x.size() / blockSize;
   }
   std::printf("nvfp4 block scales whose product and quotient differ near an E4M3 step: %zu of %zu blocks on the %s path\n",
@@ -376,12 +371,8 @@ TEST_P(BlockKernelPaths, Nvfp4SubnormalScalesNearTheOverflowMidpointAreCounted) 
         x.push_back(rng() % 2 ? -v : v);
       }
     }
-    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    const Packed want = nvfp4OnPathAsScalar(GetParam(), x, 16, t);
     ASSERT_GT(want.saturated, x.size() / 16);  // codes 1 and 2 saturate every block's largest at least
-    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
-    ASSERT_EQ(got.codes, want.codes) << "t " << t;
-    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
     counted += want.saturated;
   }
   std::printf("nvfp4 subnormal block scales near the overflow midpoint: %zu values counted on the %s path\n", counted,
@@ -395,12 +386,8 @@ TEST_P(BlockKernelPaths, Nvfp4SubnormalTensorScaleCountsSaturationAsTheScalarPat
   const float t = 0x1p-143f;
   std::vector<float> x(16 * 64, 0.0f);
   for (size_t b = 0; b < x.size() / 16; ++b) x[16 * b] = b % 2 ? -0x1p-146f : 0x1p-146f;
-  const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-  const Packed got = run(GetParam(), 5, x, 16, t, &want);
+  const Packed want = nvfp4OnPathAsScalar(GetParam(), x, 16, t);
   ASSERT_EQ(want.saturated, x.size() / 16);
-  ASSERT_EQ(got.saturated, want.saturated);
-  ASSERT_EQ(got.codes, want.codes);
-  ASSERT_EQ(got.scaleCodes, want.scaleCodes);
 }
 
 // NVFP4 blocks whose largest quotient x / f lies within 4 ulps of E2M1's overflow midpoint (7): the
@@ -423,13 +410,9 @@ TEST_P(BlockKernelPaths, Nvfp4SaturationNearTheOverflowMidpointIsCounted) {
         x.push_back(rng() % 2 ? -v : v);
       }
     }
-    const Packed want = run(CpuPath::Scalar, 5, x, 16, t);
-    const Packed got = run(GetParam(), 5, x, 16, t, &want);
+    const Packed want = nvfp4OnPathAsScalar(GetParam(), x, 16, t);
     ASSERT_GT(want.saturated, 0u);
     ASSERT_LT(want.saturated, x.size() / 4);  // some near values are just below the midpoint
-    ASSERT_EQ(got.saturated, want.saturated) << "t " << t;
-    ASSERT_EQ(got.codes, want.codes) << "t " << t;
-    ASSERT_EQ(got.scaleCodes, want.scaleCodes) << "t " << t;
     counted += want.saturated;
   }
   std::printf("nvfp4 saturation near the overflow midpoint: %zu values counted on the %s path\n", counted,
