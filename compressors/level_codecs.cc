@@ -74,7 +74,8 @@ class QsgdCodec final : public BlockCodec {
   // uniforms are drawn (below). The AVX2 path draws them at half the AVX-512 speed, and there (and on the
   // scalar path, not measured) tiles of 2048 prefetched into L1 keep its reads closer to its arithmetic:
   // 10.6 -> 10.0 ms per 16M values, faster in 9 of 10 alternated rounds, where the AVX-512 path went
-  // 8.7 -> 9.9 ms with them (docs/notes.md, twenty-fifth part). Only where the input is read changes; the bytes do not depend on the tiles.
+  // 8.7 -> 9.9 ms with them (docs/notes.md, twenty-fifth part). Only where the input is read changes; the
+  // bytes do not depend on the tiles.
   // (Keyed on the kernels' run-time path: on a build for the machine, the path Philox's compile-time width
   // follows too.)
   static bool onAvx512Path() { return cpu::activeCpuPath() == cpu::CpuPath::Avx512; }

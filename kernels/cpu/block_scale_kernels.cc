@@ -341,7 +341,8 @@ static inline __m256i packedCodeBytes32(__m256i a, __m256i b, __m256i c, __m256i
 
 // packedCodeBytes32's bytes stored in element order: a dword permute.
 static inline void storeCodeBytes32(__m256i bytes, int8_t* out) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, order));
 }
 
 // A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
@@ -352,8 +353,8 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
                                   int8_t* codes, float* residual) {
   const int maxCode = static_cast<int>(top);
   size_t i0 = 0;
-  // The scalar loop's roundings (stochasticRounded, or nearest), then the clamp. Packed with signed saturation (the
-  // values are already within +-maxCode).
+  // The scalar loop's roundings (stochasticRounded, or nearest), then the clamp. Packed with signed
+  // saturation (the values are already within +-maxCode).
   const __m256 vScale = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-top), hi = _mm256_set1_ps(top);
   const __m256 vInv = _mm256_set1_ps(1.0f / scale);
   const auto integerCodes = [&](size_t i) {

@@ -214,7 +214,8 @@ TEST_P(BlockKernelPaths, Nvfp4QuotientsAtTheRoundingEdgesGiveTheScalarCodes) {
   // Factors from 2^-109 to past 2^125: the quotients near each edge for scales of every magnitude. 0x1p116
   // gives factors up to 0x1.cp124; nvfp4TensorScale(FLT_MAX), the largest t the codec produces (FLT_MAX /
   // 2688), factors past 2^125, which the group encoders divide by (their reciprocals are not used there).
-  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f, scalar::nvfp4TensorScale(FLT_MAX)}) {
+  for (const float t :
+       {0.0125f, 3.1e-7f, 0.7f, 123.456f, 0x1p-100f, 0x1p90f, 0x1p116f, scalar::nvfp4TensorScale(FLT_MAX)}) {
     const size_t n = 4096 + 16;  // 16 whole groups and one block
     std::vector<float> x(n);
     for (size_t b = 0; b < n / 16; ++b) {
@@ -280,8 +281,8 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsThatDifferFromTheQuotientGiveTheScalarCode
   std::mt19937_64 rng(15);
   const float t = 0.0125f;
   size_t differing = 0;
-  const std::vector<float> x =
-      nvfp4BlocksNearQuarterStarts(rng, t, [](std::mt19937_64& r) { return static_cast<int>(r() % 7) - 3; }, 2, differing);
+  const auto withinThree = [](std::mt19937_64& r) { return static_cast<int>(r() % 7) - 3; };
+  const std::vector<float> x = nvfp4BlocksNearQuarterStarts(rng, t, withinThree, 2, differing);
   nvfp4OnPathAsScalar(GetParam(), x, 16, t);
   std::printf("nvfp4 products that differ from the quotient near a quarter's start: %zu elements on the %s path\n",
               differing, cpuPathName(GetParam()));
@@ -294,11 +295,13 @@ TEST_P(BlockKernelPaths, Nvfp4ProductsJustOutsideTheNearStartWindowGiveTheScalar
   std::mt19937_64 rng(19);
   const float t = 0.0125f;
   size_t differing = 0;
-  const std::vector<float> x = nvfp4BlocksNearQuarterStarts(
-      rng, t, [](std::mt19937_64& r) { return r() % 2 ? 5 + static_cast<int>(r() % 4) : -4 - static_cast<int>(r() % 4); },
-      1, differing);
+  const auto justOutside = [](std::mt19937_64& r) {
+    return r() % 2 ? 5 + static_cast<int>(r() % 4) : -4 - static_cast<int>(r() % 4);
+  };
+  const std::vector<float> x = nvfp4BlocksNearQuarterStarts(rng, t, justOutside, 1, differing);
   nvfp4OnPathAsScalar(GetParam(), x, 16, t);
-  std::printf("nvfp4 products that differ from the quotient just outside the near-start window: %zu elements on the %s path\n",
+  std::printf("nvfp4 products that differ from the quotient just outside the near-start window: %zu elements on "
+              "the %s path\n",
               differing, cpuPathName(GetParam()));
 }
 
@@ -312,30 +315,32 @@ TEST_P(BlockKernelPaths, Nvfp4ScalesNearAnE4M3StepGiveTheScalarCodes) {
   size_t differing = 0, compared = 0;
   // 16-value blocks through the group encoders, 32 and 48 through the per-block loops (the same scale
   // rule); the largest t the codec produces, whose factors reach 2^125.
-  for (const size_t blockSize : {size_t{16}, size_t{32}, size_t{48}})
-  for (const float t : {0.0125f, 3.1e-7f, 0.7f, 0x1p-100f, 0x1p90f, scalar::nvfp4TensorScale(FLT_MAX)}) {
-    const float sixT = scalar::mulRn(6.0f, t), reciprocal = 1.0f / sixT;
-    std::vector<float> x;
-    while (x.size() < blockSize * 2048) {
-      // A value of four fraction bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
-      // to 3 ulps; its amax by up to 2.
-      const float step = std::ldexp(1.0f + 0.0625f * static_cast<float>(rng() % 16), static_cast<int>(rng() % 19) - 10);
-      if (step > 464.0f) continue;
-      const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(step) + static_cast<uint32_t>(rng() % 7) - 3u);
-      const float amax = std::bit_cast<float>(std::bit_cast<uint32_t>(q * sixT) + static_cast<uint32_t>(rng() % 5) - 2u);
-      if (!std::isfinite(amax)) continue;  // past FLT_MAX at the largest t
-      if (scalar::floatToFp8(amax * reciprocal, scalar::Fp8Format::E4M3) == scalar::nvfp4BlockScaleCode(amax, t)) continue;
-      ++differing;
-      const size_t near = rng() % 16;
-      for (size_t b = 0; b < 16; ++b) {
-        // Far blocks: a quotient of mantissa 1 + 2^-5 (2^18 ulps from a step's start), 2^-6 .. 2^8.
-        const float largest = b == near ? amax : std::ldexp(1.03125f, static_cast<int>(rng() % 15) - 6) * sixT;
-        x.push_back(rng() % 2 ? -largest : largest);
-        for (size_t i = 1; i < blockSize; ++i) x.push_back(largest * (static_cast<float>(rng() % 1000) / 1000.0f));  // no overflow at the largest t
+  for (const size_t blockSize : {size_t{16}, size_t{32}, size_t{48}}) {
+    for (const float t : {0.0125f, 3.1e-7f, 0.7f, 0x1p-100f, 0x1p90f, scalar::nvfp4TensorScale(FLT_MAX)}) {
+      const float sixT = scalar::mulRn(6.0f, t), reciprocal = 1.0f / sixT;
+      std::vector<float> x;
+      while (x.size() < blockSize * 2048) {
+        // A value of four fraction bits across E4M3's range and its saturation (2^-10 .. 464), moved by up
+        // to 3 ulps; its amax by up to 2.
+        const float step = std::ldexp(1.0f + 0.0625f * static_cast<float>(rng() % 16), static_cast<int>(rng() % 19) - 10);
+        if (step > 464.0f) continue;
+        const float q = std::bit_cast<float>(std::bit_cast<uint32_t>(step) + static_cast<uint32_t>(rng() % 7) - 3u);
+        const float amax = std::bit_cast<float>(std::bit_cast<uint32_t>(q * sixT) + static_cast<uint32_t>(rng() % 5) - 2u);
+        if (!std::isfinite(amax)) continue;  // past FLT_MAX at the largest t
+        if (scalar::floatToFp8(amax * reciprocal, scalar::Fp8Format::E4M3) == scalar::nvfp4BlockScaleCode(amax, t)) continue;
+        ++differing;
+        const size_t near = rng() % 16;
+        for (size_t b = 0; b < 16; ++b) {
+          // Far blocks: a quotient of mantissa 1 + 2^-5 (2^18 ulps from a step's start), 2^-6 .. 2^8.
+          const float largest = b == near ? amax : std::ldexp(1.03125f, static_cast<int>(rng() % 15) - 6) * sixT;
+          x.push_back(rng() % 2 ? -largest : largest);
+          // x times a fraction: x times 999 would overflow at the largest t.
+          for (size_t i = 1; i < blockSize; ++i) x.push_back(largest * (static_cast<float>(rng() % 1000) / 1000.0f));
+        }
       }
+      nvfp4OnPathAsScalar(GetParam(), x, blockSize, t);
+      compared += x.size() / blockSize;
     }
-    nvfp4OnPathAsScalar(GetParam(), x, blockSize, t);
-    compared += x.size() / blockSize;
   }
   std::printf("nvfp4 block scales whose product and quotient differ near an E4M3 step: %zu of %zu blocks on the %s path\n",
               differing, compared, cpuPathName(GetParam()));
