@@ -14,6 +14,7 @@
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/level_kernels.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/level_codes.h"
 #if GRADCOMP_HAVE_CUDA
 #include "compressors/level_codes_on_device.h"
@@ -85,12 +86,15 @@ class QsgdCodec final : public BlockCodec {
                              const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
-    float* u = scratchUniforms(count);
-    // The next tile is prefetched as this one's uniforms are drawn. A tile of 4096 into L2: its 16 KiB,
-    // this tile's and the uniforms' 16 KiB would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x
-    // memcpy, into L2: 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md). The
-    // AVX2 path's tiles of 2048 into L1 (tileMultiple).
-    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count, onAvx512Path());
+    // The uniforms stay Philox fields until the codes widen them in registers (rounding_fields.h: on the
+    // AVX2 path 8.90 -> 8.26 ms per 16M values, docs/notes.md, twenty-seventh part). The next tile is
+    // prefetched as they are drawn. A tile of 4096 into L2: its 16 KiB, this tile's and the uniforms'
+    // 16 KiB (as floats) would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x memcpy, into L2:
+    // 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md). The AVX2 path's tiles of
+    // 2048 into L1 (tileMultiple).
+    thread_local std::vector<uint32_t> words;
+    const cpu::RoundingFields u = cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count,
+                                                          onAvx512Path() ? cpu::PrefetchInto::L2 : cpu::PrefetchInto::L1);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
@@ -183,10 +187,11 @@ class TernGradCodec final : public BlockCodec {
                              const EncodeContext& ctx, uint64_t&, bool) const override {
     const Sections sec = sections(h);
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
-    float* u = scratchUniforms(count);
-    // The next tile is prefetched as this one's uniforms are drawn (1.37x memcpy without, 1.16x with this
-    // tile's; the next tile's: docs/notes.md).
-    cpu::fillUniforms(roundingStream(ctx, h.flags), begin, count, u, x + count);
+    // The uniforms stay Philox fields until the codes widen them in registers, as qsgd's. The next tile is
+    // prefetched as they are drawn (1.37x memcpy without, 1.16x with this tile's; the next tile's:
+    // docs/notes.md).
+    thread_local std::vector<uint32_t> words;
+    const cpu::RoundingFields u = cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count);
     const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
                                                  reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
     return bad == count ? EncodeResult::kNoIndex : bad;

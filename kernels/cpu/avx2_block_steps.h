@@ -1,6 +1,7 @@
 // Steps the AVX2 block encoders share (block_scale_kernels.cc's int4, microscaling_kernels_avx2.cc's MX /
 // NVFP4, level_kernels.cc's qsgd and terngrad): a block's largest magnitude, the largest magnitudes of 8
-// blocks at once, and the packing of 4-bit and 2-bit codes held one per 32-bit lane.
+// blocks at once, the packing of 4-bit and 2-bit codes held one per 32-bit lane, and stochastic
+// rounding's uniforms widened from their Philox fields.
 #pragma once
 
 #if defined(__AVX2__)
@@ -11,6 +12,26 @@
 #include <cstring>
 
 namespace gradcomp::cpu {
+
+// The stochastic-rounding uniforms (k + 1/2) 2^-kBits of the 8 kBits-bit fields k at p (8 or 16 bits,
+// little-endian: rounding_fields.h). k 2^-b + 2^-(b+1) is exact in fp32 (k < 2^16), so the fused and the
+// two rounded operations give the same float.
+template <int kBits>
+inline __m256 uniformsOfFields8(const uint8_t* p) {
+  static_assert(kBits == 8 || kBits == 16, "rounding fields are 8 or 16 bits");
+  const __m256 unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kBits));
+  const __m256 halfUnit = _mm256_set1_ps(0.5f / static_cast<float>(1u << kBits));
+  __m256i k;
+  if constexpr (kBits == 16)
+    k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  else
+    k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#if defined(__FMA__)
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(k), unit, halfUnit);
+#else
+  return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(k), unit), halfUnit);
+#endif
+}
 
 // The largest of 8 unsigned 32-bit lanes.
 inline uint32_t largestLane(__m256i v) {

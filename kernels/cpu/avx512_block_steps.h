@@ -1,5 +1,6 @@
 // Steps the AVX-512 block encoders share (microscaling_kernels_avx512.cc's MX / NVFP4 group encoders,
-// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes). Included by
+// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes and their
+// rounding uniforms). Included by
 // AVX-512 implementation files after avx512_intrinsics.h (never by a header: see there), whose intrinsics
 // and target attribute it uses.
 #pragma once
@@ -13,6 +14,20 @@
 #error "include kernels/cpu/avx512_intrinsics.h before kernels/cpu/avx512_block_steps.h"
 #endif
 namespace gradcomp::cpu::avx512 {
+
+// The stochastic-rounding uniforms (k + 1/2) 2^-kBits of the 16 kBits-bit fields k at p (8 or 16 bits,
+// little-endian: rounding_fields.h), exact in fp32 as fused (k < 2^16).
+template <int kBits>
+GRADCOMP_AVX512 inline __m512 uniformsOfFields16(const uint8_t* p) {
+  static_assert(kBits == 8 || kBits == 16, "rounding fields are 8 or 16 bits");
+  __m512i k;
+  if constexpr (kBits == 16)
+    k = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  else
+    k = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(1.0f / static_cast<float>(1u << kBits)),
+                         _mm512_set1_ps(0.5f / static_cast<float>(1u << kBits)));
+}
 
 // The largest lane of each of 16 vectors, lane j of the result from a[j]: a transposing reduction
 // (15 maxima and 30 shuffles for 16 blocks, where a horizontal maximum per block costs 8 steps each).

@@ -811,10 +811,7 @@ void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, floa
   // K x 8 Philox calls = 32 K words = 32 K kFields elements per step, the words in stream order; stored,
   // their fields are then the elements in order (little-endian), widened 8 at a time. kBatches steps
   // first, then single batches for what is left.
-  static_assert(kRoundingBits == 16 || kRoundingBits == 8, "the vector path widens 8- or 16-bit fields");
   constexpr int kBatches = 4;
-  const __m256 unit = _mm256_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
-  const __m256 halfUnit = _mm256_set1_ps(0.5f / static_cast<float>(1u << kRoundingBits));
   alignas(32) uint32_t words[32 * kBatches];
   const auto vectorSteps = [&](auto batches) {
     constexpr int K = decltype(batches)::value;
@@ -825,16 +822,7 @@ void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, floa
       for (size_t j = 0; j < kStep; j += 8) {
         // One line per two vectors, not the step's lines in one burst (as the AVX-512 loop asks).
         if (j % 16 == 0) prefetch(i + j, 16);
-        __m256i k;
-        if constexpr (kRoundingBits == 16)
-          k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + 2 * j)));
-        else
-          k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(fields + j)));
-#if defined(__FMA__)
-        _mm256_storeu_ps(u + i + j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(k), unit, halfUnit));  // exact, as above
-#else
-        _mm256_storeu_ps(u + i + j, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(k), unit), halfUnit));
-#endif
+        _mm256_storeu_ps(u + i + j, uniformsOfFields8<kRoundingBits>(fields + j * (kRoundingBits / 8)));
       }
     }
   };

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/level_kernels_avx512.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/level_codes.h"
 
 namespace gradcomp::cpu {
@@ -117,13 +118,13 @@ struct QsgdLanes {
         zero(_mm256_setzero_ps()),
         absMask(_mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))),
         signCode(_mm256_set1_epi32(1 << (bits - 1))) {}
-  // The codes of x[0 .. 7] with uniforms u[0 .. 7], one per 32-bit lane.
-  __m256i codes(const float* x, const float* u) const {
+  // The codes of x[0 .. 7] with the uniforms of u's lanes, one per 32-bit lane.
+  __m256i codes(const float* x, __m256 u) const {
     const __m256 v = _mm256_loadu_ps(x);
     // |x| inv + u is positive, so its floor is the truncating conversion's; capped at s first (for an
     // integral s, min(floor(a), s) = floor(min(a, s))): no vroundps, two micro-ops on Intel cores.
     const __m256i level =
-        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), to), _mm256_loadu_ps(u)), s));
+        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, absMask), to), u), s));
     const __m256i negative =
         _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)), _mm256_cmpgt_epi32(level, _mm256_setzero_si256()));
     // signbit(x) for x = -0.0 is set but then level is 0, so `x < 0` gives the same code.
@@ -137,8 +138,9 @@ struct QsgdLanes {
 // truncation its floor on the magnitude (x = -0 gives -u, level 0). Clamped to [-7, 7] on the packed bytes,
 // the two's complement nibble is turned into the code (sign bit 8 for a negative nonzero level) by a byte
 // table: 5 operations per 8 values and 14 per 64 where QsgdLanes takes 10 per 8 (docs/notes.md,
-// twenty-fifth part).
-inline void storeQsgd4Codes64(const float* x, const float* u, __m256 to, uint8_t* out) {
+// twenty-fifth part). The uniforms are widened from their kBits-bit fields at `fields` (rounding_fields.h).
+template <int kBits>
+inline void storeQsgd4Codes64(const float* x, const uint8_t* fields, __m256 to, uint8_t* out) {
   const __m256 signMask = _mm256_set1_ps(-0.0f);
   const __m256i top = _mm256_set1_epi8(7), bottom = _mm256_set1_epi8(-7), low4 = _mm256_set1_epi8(0x0f);
   // Nibble n of a level in [-7, 7] -> its code: n for 0..7, 8 | (16 - n) for 9..15 (-7..-1); 8 never occurs.
@@ -147,7 +149,8 @@ inline void storeQsgd4Codes64(const float* x, const float* u, __m256 to, uint8_t
   __m256i level[8];
   for (size_t k = 0; k < 8; ++k) {
     const __m256 v = _mm256_loadu_ps(x + 8 * k);
-    const __m256 signedU = _mm256_xor_ps(_mm256_loadu_ps(u + 8 * k), _mm256_and_ps(v, signMask));
+    const __m256 u = uniformsOfFields8<kBits>(fields + 8 * k * (kBits / 8));
+    const __m256 signedU = _mm256_xor_ps(u, _mm256_and_ps(v, signMask));
     level[k] = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(v, to), signedU));
   }
   const auto codes = [&](const __m256i* l) {
@@ -170,9 +173,9 @@ struct TernLanes {
   __m256i one;
   explicit TernLanes(float scale)
       : inv(_mm256_set1_ps(scale)), absMask(_mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))), one(_mm256_set1_epi32(1)) {}
-  __m256i codes(const float* x, const float* u) const {
+  __m256i codes(const float* x, __m256 u) const {
     const __m256 v = _mm256_loadu_ps(x);
-    const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(u), _mm256_mul_ps(_mm256_and_ps(v, absMask), inv), _CMP_LT_OQ);
+    const __m256 keep = _mm256_cmp_ps(u, _mm256_mul_ps(_mm256_and_ps(v, absMask), inv), _CMP_LT_OQ);
     return _mm256_and_si256(_mm256_castps_si256(keep), _mm256_add_epi32(one, _mm256_srli_epi32(_mm256_castps_si256(v), 31)));
   }
 };
@@ -188,7 +191,7 @@ float encodeQsgdBlockOfNorm(const float* x, size_t n, int bits, float norm, cons
   // The scalar loop below on 8 lanes. Norms outside 2^-100 .. 2^100 (pre != 1) take the scalar loop.
   if (toLevel.pre == 1.0f) {
     const QsgdLanes lanes(toLevel.inv, bits);
-    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, uniforms + i0), codes + i0);
+    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, _mm256_loadu_ps(uniforms + i0)), codes + i0);
   }
 #endif
   for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::qsgdCode(x[i], toLevel, bits, uniforms[i]));
@@ -218,7 +221,7 @@ float encodeTernBlock(const float* x, size_t n, const float* uniforms, uint8_t* 
   // Block maxima outside 2^-100 .. 2^100 (pre != 1) take the scalar loop.
   if (inv.pre == 1.0f) {
     const TernLanes lanes(inv.inv);
-    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, uniforms + i0), codes + i0);
+    for (; i0 + 8 <= n; i0 += 8) storeBytes8(lanes.codes(x + i0, _mm256_loadu_ps(uniforms + i0)), codes + i0);
   }
 #endif
   for (size_t i = i0; i < n; ++i) codes[i] = static_cast<uint8_t>(scalar::ternCode(x[i], inv, uniforms[i]));
@@ -246,6 +249,16 @@ void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, b
 
 namespace {
 
+// The uniforms of elements begin .. begin + len - 1 as floats, for the block rules that take them so (the
+// tiles' paths with neither vector route: other code widths and block sizes). A per-thread buffer,
+// valid until the next call.
+const float* widenedUniforms(const RoundingFields& fields, size_t begin, size_t len) {
+  thread_local std::vector<float> u;
+  if (u.size() < len) u.resize(len);
+  for (size_t i = 0; i < len; ++i) u[i] = fields.uniform(begin + i);
+  return u.data();
+}
+
 // n codes through the byte-per-code rule `encode(codes)`, then packed from bit 0 of `packed`.
 template <typename Encode>
 void packedThroughScratch(size_t n, int bits, uint8_t* packed, Encode&& encode) {
@@ -265,17 +278,24 @@ namespace {
 // (storeQsgd4Codes64), then 16; 8 at a time for 8 bits. Returns the values encoded (a multiple of 16 for 4
 // bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to
 // scratch and packed them in a second pass (docs/notes.md, twenty-fourth part).
-size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed) {
+template <int kBits>
+size_t qsgdCodesPackedOfFields(const float* x, size_t n, int bits, float inv, const RoundingFields& u, uint8_t* packed) {
   const QsgdLanes lanes(inv, bits);
+  const auto uniforms = [&](size_t i) { return uniformsOfFields8<kBits>(u.bytesAt(i)); };
   size_t i = 0;
   if (bits == 8) {
-    for (; i + 8 <= n; i += 8) storeBytes8(lanes.codes(x + i, uniforms + i), packed + i);
+    for (; i + 8 <= n; i += 8) storeBytes8(lanes.codes(x + i, uniforms(i)), packed + i);
     return i;
   }
-  for (; i + 64 <= n; i += 64) storeQsgd4Codes64(x + i, uniforms + i, lanes.to, packed + i / 2);
+  for (; i + 64 <= n; i += 64) storeQsgd4Codes64<kBits>(x + i, u.bytesAt(i), lanes.to, packed + i / 2);
   for (; i + 16 <= n; i += 16)
-    storeNibbles16(lanes.codes(x + i, uniforms + i), lanes.codes(x + i + 8, uniforms + i + 8), packed + i / 2);
+    storeNibbles16(lanes.codes(x + i, uniforms(i)), lanes.codes(x + i + 8, uniforms(i + 8)), packed + i / 2);
   return i;
+}
+
+size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const RoundingFields& u, uint8_t* packed) {
+  return u.bits == 8 ? qsgdCodesPackedOfFields<8>(x, n, bits, inv, u, packed)
+                     : qsgdCodesPackedOfFields<16>(x, n, bits, inv, u, packed);
 }
 
 // avx512::ternCodesPacked on 8 lanes: code 1 for a kept x (u < fl(|x| inv)) with a clear sign bit, 2 for
@@ -284,9 +304,10 @@ size_t qsgdCodesPackedAvx2(const float* x, size_t n, int bits, float inv, const 
 // interleaved by table lookups, as AVX-512's pdep does, put about 1.4 scalar instructions per value on
 // the integer ports: slower than the byte codes and the packing pass they replaced, 9.6 -> 10.9 ms per
 // 16M values.)
-size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
+template <int kBits>
+size_t ternCodesPackedOfFields(const float* x, size_t n, float inv, const RoundingFields& u, uint8_t* packed) {
   const TernLanes lanes(inv);
-  const auto codes = [&](size_t i) { return lanes.codes(x + i, uniforms + i); };
+  const auto codes = [&](size_t i) { return lanes.codes(x + i, uniformsOfFields8<kBits>(u.bytesAt(i))); };
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m256i c[8];
@@ -304,11 +325,15 @@ size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const float* uni
   return i;
 }
 
+size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const RoundingFields& u, uint8_t* packed) {
+  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed) : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
+}
+
 }  // namespace
 #endif
 
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
-                          const float* uniforms, uint8_t* packed) {
+                          const RoundingFields& uniforms, uint8_t* packed) {
   // Whole blocks of a multiple of 16 start on a byte (16 codes fill whole bytes); their codes go from
   // registers, a short last block's tail (and a block whose norm needs the normalized ratio) by the scalar
   // rule.
@@ -318,11 +343,11 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
       const size_t len = std::min(blockSize, n - b0);
       const scalar::RatioScaling toLevel = scalar::ratioScaling(static_cast<float>(s), norms[block]);
       uint8_t* out = packed + b0 * static_cast<size_t>(bits) / 8;
-      const size_t done = toLevel.pre == 1.0f ? codesPacked(x + b0, len, bits, toLevel.inv, uniforms + b0, out) : 0;
+      const size_t done = toLevel.pre == 1.0f ? codesPacked(x + b0, len, bits, toLevel.inv, uniforms.from(b0), out) : 0;
       if (done < len)
         packedThroughScratch(len - done, bits, out + done * static_cast<size_t>(bits) / 8, [&](uint8_t* codes) {
           for (size_t i = done; i < len; ++i)
-            codes[i - done] = static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms[b0 + i]));
+            codes[i - done] = static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms.uniform(b0 + i)));
         });
     }
   };
@@ -333,13 +358,16 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
 #ifdef GRADCOMP_HAVE_AVX2
   if (packable && activeCpuPath() >= CpuPath::Avx2) return inRegisters(qsgdCodesPackedAvx2);
 #endif
+  // Other widths and block sizes: the byte-per-code rule (8 lanes at a time on AVX2) and the packing.
   packedThroughScratch(n, bits, packed, [&](uint8_t* codes) {
-    for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block)
-      encodeQsgdBlockOfNorm(x + b0, std::min(blockSize, n - b0), bits, norms[block], uniforms + b0, codes + b0);
+    for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
+      const size_t len = std::min(blockSize, n - b0);
+      encodeQsgdBlockOfNorm(x + b0, len, bits, norms[block], widenedUniforms(uniforms, b0, len), codes + b0);
+    }
   });
 }
 
-size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
+size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* maxima,
                             uint8_t* packed) {
   // Blocks of a multiple of 16 start on a byte (4 codes a byte); their codes go from registers, a short
   // last block's tail (and a block whose maximum needs the normalized ratio) by the scalar rule.
@@ -351,11 +379,11 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
       maxima[block] = maxAbs;
       const scalar::RatioScaling inv = scalar::ratioScaling(1.0f, maxAbs);
       uint8_t* out = packed + b0 / 4;
-      const size_t done = inv.pre == 1.0f ? codesPacked(x + b0, len, inv.inv, uniforms + b0, out) : 0;
+      const size_t done = inv.pre == 1.0f ? codesPacked(x + b0, len, inv.inv, uniforms.from(b0), out) : 0;
       if (done < len)
         packedThroughScratch(len - done, 2, out + done / 4, [&](uint8_t* codes) {
           for (size_t i = done; i < len; ++i)
-            codes[i - done] = static_cast<uint8_t>(scalar::ternCode(x[b0 + i], inv, uniforms[b0 + i]));
+            codes[i - done] = static_cast<uint8_t>(scalar::ternCode(x[b0 + i], inv, uniforms.uniform(b0 + i)));
         });
     }
     return n;
@@ -380,7 +408,7 @@ size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const fl
     for (size_t b0 = 0, block = 0; b0 < n && bad == n; b0 += blockSize, ++block) {
       const size_t len = std::min(blockSize, n - b0);
       bool nonFinite = false;
-      maxima[block] = encodeTernBlock(x + b0, len, uniforms + b0, codes + b0, &nonFinite);
+      maxima[block] = encodeTernBlock(x + b0, len, widenedUniforms(uniforms, b0, len), codes + b0, &nonFinite);
       if (nonFinite) bad = b0 + scalar::firstNonFiniteIndex(x + b0, len);
     }
   });

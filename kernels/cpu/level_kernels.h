@@ -7,6 +7,8 @@
 
 namespace gradcomp::cpu {
 
+struct RoundingFields;
+
 // Sum of squares of a block, accumulated in double over 4 interleaved lanes combined as
 // (l0+l1)+(l2+l3): a fixed order, so every backend that follows it gets the same value.
 double blockSumSquares(const float* x, size_t n);
@@ -41,12 +43,13 @@ void decodeTernBlock(const uint8_t* codes, size_t n, float maxAbs, float* out, b
 // and the AVX2 twins in level_kernels.cc; qsgd at 4 or 8 bits).
 // QSGD: norms[b] is block b's wire norm (scalar::qsgdWireNorm of its sum of squares), and x is finite (the
 // codec checks the sums first): the AVX2 4-bit route converts |x| x s / norm, at most s plus a few ulps,
-// to an integer before it clamps.
+// to an integer before it clamps. For both codecs element i's uniform is uniforms.uniform(i), widened from
+// its Philox field in registers (rounding_fields.h).
 void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, const float* norms,
-                          const float* uniforms, uint8_t* packed);
+                          const RoundingFields& uniforms, uint8_t* packed);
 // TernGrad: writes maxima[b] of the blocks before the first NaN/Inf; returns its index (then the codes
 // and the later maxima are unspecified), or n.
-size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const float* uniforms, float* maxima,
+size_t encodeTernTilePacked(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* maxima,
                             uint8_t* packed);
 // TernGrad's decode of a tile packed as encodeTernTilePacked writes it: out (=|+=) decodeTernBlock's values.
 // On the avx512 path with blocks a multiple of 16 the codes are read from `packed` in registers.

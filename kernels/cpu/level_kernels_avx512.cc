@@ -8,6 +8,7 @@
 #include "kernels/cpu/avx512_intrinsics.h"
 #include "kernels/cpu/avx512_block_steps.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/rounding_fields.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
 
@@ -15,8 +16,9 @@
 
 namespace gradcomp::cpu::avx512 {
 
-GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const float* uniforms,
-                                       uint8_t* packed) {
+template <int kBits>
+GRADCOMP_AVX512 size_t qsgdCodesPackedOfFields(const float* x, size_t n, int bits, float inv, const RoundingFields& u,
+                                               uint8_t* packed) {
   const float s = static_cast<float>((1 << (bits - 1)) - 1);
   const __m512 vInv = _mm512_set1_ps(inv), vS = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff), signCode = _mm512_set1_epi32(1 << (bits - 1));
@@ -27,7 +29,7 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absMask)), vInv);
     // The minimum first, then the floor by the conversion's own rounding (min(floor(a), s) = floor(min(a, s))
     // for an integral s; a vrndscaleps is two micro-ops).
-    const __m512i level = _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)), vS),
+    const __m512i level = _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_add_ps(scaled, uniformsOfFields16<kBits>(u.bytesAt(i))), vS),
                                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     // The sign bit only for a nonzero level of a negative x (-0.0 has level 0).
     const __mmask16 negative =
@@ -53,7 +55,15 @@ GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float
   return i;
 }
 
-GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed) {
+GRADCOMP_AVX512 size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const RoundingFields& u,
+                                       uint8_t* packed) {
+  return u.bits == 8 ? qsgdCodesPackedOfFields<8>(x, n, bits, inv, u, packed)
+                     : qsgdCodesPackedOfFields<16>(x, n, bits, inv, u, packed);
+}
+
+template <int kBits>
+GRADCOMP_AVX512 size_t ternCodesPackedOfFields(const float* x, size_t n, float inv, const RoundingFields& u,
+                                               uint8_t* packed) {
   const __m512 vInv = _mm512_set1_ps(inv);
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
   // The codes of x[i .. i + 15] as two masks: kept (u < fl(|x| inv), probability |x| / max) and negative
@@ -68,7 +78,7 @@ GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, cons
   const auto masks = [&](size_t i) GRADCOMP_AVX512_LAMBDA {
     const __m512i xb = _mm512_loadu_si512(x + i);
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), vInv);
-    return Masks{_mm512_cmp_ps_mask(_mm512_loadu_ps(uniforms + i), scaled, _CMP_LT_OQ), _mm512_movepi32_mask(xb)};
+    return Masks{_mm512_cmp_ps_mask(uniformsOfFields16<kBits>(u.bytesAt(i)), scaled, _CMP_LT_OQ), _mm512_movepi32_mask(xb)};
   };
   size_t i = 0;
   // Two vectors at a time: their masks joined (kunpackw) into 32 bits, so one pair of 64-bit pdeps and one
@@ -87,6 +97,10 @@ GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, cons
     std::memcpy(packed + i / 4, &word, 4);
   }
   return i;
+}
+
+GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const RoundingFields& u, uint8_t* packed) {
+  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed) : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
 }
 
 GRADCOMP_AVX512 void decodeTernCodesPacked(const uint8_t* packed, size_t n, float maxAbs, float* out,

@@ -10,15 +10,19 @@
 #include "kernels/cpu/avx512_build.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
+namespace gradcomp::cpu {
+struct RoundingFields;
+}
+
 namespace gradcomp::cpu::avx512 {
 
 // scalar::qsgdCode for the first (n / 16) * 16 elements of a block whose ratio scaling is the plain
 // product (pre == 1, factor inv = fl(s / norm)), `bits` 4 or 8, packed from bit 0 of packed; returns how
-// many it wrote.
-size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const float* uniforms, uint8_t* packed);
+// many it wrote. Element i's uniform is uniforms.uniform(i), widened from its field in registers.
+size_t qsgdCodesPacked(const float* x, size_t n, int bits, float inv, const RoundingFields& uniforms, uint8_t* packed);
 
 // scalar::ternCode (2 bits, pre == 1, inv = fl(1 / max |x|)) likewise.
-size_t ternCodesPacked(const float* x, size_t n, float inv, const float* uniforms, uint8_t* packed);
+size_t ternCodesPacked(const float* x, size_t n, float inv, const RoundingFields& uniforms, uint8_t* packed);
 
 // decodeTernBlock's values (1 -> +maxAbs, 2 -> -maxAbs, 0 and 3 -> +0) of n 2-bit codes packed from bit 0
 // of packed, read straight from the payload (16 codes from 4 bytes, no byte-per-code scratch).

@@ -138,8 +138,16 @@ using Philox16 = PhiloxBatch<PhiloxAvx512>;
 // 3.1 against 3.8 ms per 16M elements; four against two: 3.9-4.1 against 4.5-4.8 ms per 2M calls on the
 // Xeon of 2026-12-04, where a round of two batches still waited on its chain; six spill. AVX2: four, in
 // spite of spilling some of AVX2's 16 registers; two and three were slower, docs/notes.md twenty-fifth part).
-template <class Isa, int K>
-inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBatch<Isa> (&c)[K]) {
+// Work a caller interleaves with the rounds (onRound(r, rounds) after the r-th of `rounds` vector
+// rounds): software prefetches spread over the rounds' arithmetic rather than issued in one burst
+// (rounding_fields.cc). By default none.
+struct NoRoundWork {
+  void operator()(int, int) const {}
+};
+
+template <class Isa, int K, class OnRound = NoRoundWork>
+inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBatch<Isa> (&c)[K],
+                             const OnRound& onRound = {}) {
   using V = typename Isa::Vec;
   const V m0 = Isa::broadcast(kPhiloxM0), m1 = Isa::broadcast(kPhiloxM1);
   for (int round = firstRound; round < 10; ++round) {
@@ -150,6 +158,7 @@ inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBat
       Isa::mulHiLo(c[b].c2, m1, hi1, lo1);
       c[b] = {Isa::xor3(hi1, c[b].c1, key0), lo1, Isa::xor3(hi0, c[b].c3, key1), lo0};
     }
+    onRound(round - firstRound, 10 - firstRound);
     k0 += kPhiloxW0;
     k1 += kPhiloxW1;
   }
@@ -158,13 +167,15 @@ inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBat
 // Philox calls block .. block + K kLanes - 1 (lane L of batch b: call block + b kLanes + L), all ten
 // rounds. Where the lanes share the counter's high word, rounds 0-2 take PhiloxSharedRounds' scalars:
 // round 0 is one multiply and an xor, round 1 one multiply and two xors, round 2 one xor fewer (142
-// instead of 160 vector instructions per 8 calls on AVX2; docs/notes.md, twenty-fifth part).
-template <class Isa, int K>
-inline void philoxRounds(const scalar::RngStream& s, uint64_t block, PhiloxBatch<Isa> (&c)[K]) {
+// instead of 160 vector instructions per 8 calls on AVX2; docs/notes.md, twenty-fifth part). onRound runs
+// after each of the rounds left to philoxRoundsFrom (7, or all 10).
+template <class Isa, int K, class OnRound = NoRoundWork>
+inline void philoxRounds(const scalar::RngStream& s, uint64_t block, PhiloxBatch<Isa> (&c)[K],
+                         const OnRound& onRound = {}) {
   using V = typename Isa::Vec;
   if (!philoxHighWordShared(block, Isa::kLanes * K)) {
     for (int b = 0; b < K; ++b) c[b] = Isa::counters(s, block + Isa::kLanes * static_cast<uint64_t>(b));
-    philoxRoundsFrom(0, s.k0, s.k1, c);
+    philoxRoundsFrom(0, s.k0, s.k1, c, onRound);
     return;
   }
   const PhiloxSharedRounds shared = PhiloxSharedRounds::make(s, static_cast<uint32_t>(block >> 32));
@@ -198,7 +209,7 @@ inline void philoxRounds(const scalar::RngStream& s, uint64_t block, PhiloxBatch
       c[b] = {Isa::xor3(hi1, c[b].c1, key0), lo1, Isa::xor2(hi0, xor2), lo0};
     }
   }
-  philoxRoundsFrom(3, shared.k0, shared.k1, c);
+  philoxRoundsFrom(3, shared.k0, shared.k1, c, onRound);
 }
 
 #if defined(__AVX2__)
@@ -216,10 +227,10 @@ inline void store8InOrder(const Philox8& c, uint32_t out[32]) {
 }
 
 // Philox calls block .. block + 8K (K batches of 8 lanes), their 32K words in stream order.
-template <int K>
-inline void philox8InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out) {
+template <int K, class OnRound = NoRoundWork>
+inline void philox8InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out, const OnRound& onRound = {}) {
   Philox8 c[K];
-  philoxRounds(s, block, c);
+  philoxRounds(s, block, c, onRound);
   for (int b = 0; b < K; ++b) store8InOrder(c[b], out + 32 * b);
 }
 
@@ -245,10 +256,10 @@ inline void storeInOrder(const Philox16& c, uint32_t out[64]) {
 }
 
 // Philox calls block .. block + 16K (K batches of 16 lanes), their 64K words in stream order.
-template <int K>
-inline void philox16InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out) {
+template <int K, class OnRound = NoRoundWork>
+inline void philox16InOrder(const scalar::RngStream& s, uint64_t block, uint32_t* out, const OnRound& onRound = {}) {
   Philox16 c[K];
-  philoxRounds(s, block, c);
+  philoxRounds(s, block, c, onRound);
   for (int b = 0; b < K; ++b) storeInOrder(c[b], out + 64 * b);
 }
 

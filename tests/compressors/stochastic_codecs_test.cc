@@ -11,6 +11,7 @@
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/level_codes.h"
 #include "kernels/scalar/philox.h"
 
@@ -130,6 +131,10 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   const auto stream = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(8);
   std::vector<float> u(n);
   for (size_t i = 0; i < n; ++i) u[i] = scalar::roundingUniform(stream, i);
+  // qsgd's and terngrad's kernels take the fields themselves: the same uniforms, element for element.
+  std::vector<uint32_t> words;
+  const cpu::RoundingFields fields = cpu::fillRoundingFields(stream, 0, n, words);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(fields.uniform(i), u[i]) << "element " << i;
   const size_t blocks = (n + block - 1) / block;
   std::vector<float> scales(blocks), expect(n);
   {
@@ -142,7 +147,7 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   }
   {
     std::vector<uint8_t> packed((n + 3) / 4);
-    ASSERT_EQ(cpu::encodeTernTilePacked(x.data(), n, block, u.data(), scales.data(), packed.data()), n);
+    ASSERT_EQ(cpu::encodeTernTilePacked(x.data(), n, block, fields, scales.data(), packed.data()), n);
     cpu::decodeTernTilePacked(packed.data(), n, block, scales.data(), expect.data(), false);
     auto c = makeCompressor("terngrad:block=64,rounding_bits=8");
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
@@ -153,7 +158,7 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
     cpu::blockSumSquaresEach(x.data(), n, block, sums.data());
     for (size_t b = 0; b < blocks; ++b) scales[b] = scalar::qsgdWireNorm(sums[b], scalar::qsgdLevels(bits));
     std::vector<uint8_t> packed(cpu::packedBytes(n, bits)), codes(n);
-    cpu::encodeQsgdTilePacked(x.data(), n, block, bits, scales.data(), u.data(), packed.data());
+    cpu::encodeQsgdTilePacked(x.data(), n, block, bits, scales.data(), fields, packed.data());
     cpu::unpackBits(packed.data(), n, bits, codes.data());
     for (size_t b = 0; b < blocks; ++b)
       cpu::decodeQsgdBlock(codes.data() + b * block, std::min(block, n - b * block), bits, scales[b],

@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_path.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/cpu/microscaling_kernels.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/level_codes.h"
 #include "kernels/scalar/scale_limits.h"
 #include "tests/kernels/cpu_path_params.h"
@@ -722,19 +723,19 @@ struct LevelTile {
 LevelTile runLevel(CpuPath path, int bits, const std::vector<float>& x, size_t blockSize) {
   setCpuPath(path);
   const size_t n = x.size(), blocks = (n + blockSize - 1) / blockSize;
-  std::vector<float> u(n);
-  fillUniforms(scalar::RngStream::make(9, 0, 1, 2), 0, n, u.data());
+  std::vector<uint32_t> words;
+  const RoundingFields fields = fillRoundingFields(scalar::RngStream::make(9, 0, 1, 2), 0, n, words);
   LevelTile t;
   t.packed.assign((n * static_cast<size_t>(bits == 0 ? 2 : bits) + 7) / 8 + 16, 0xee);  // bytes past the codes stay
   t.maxima.assign(blocks, 0.0f);
   if (bits == 0) {
-    t.firstBad = encodeTernTilePacked(x.data(), n, blockSize, u.data(), t.maxima.data(), t.packed.data());
+    t.firstBad = encodeTernTilePacked(x.data(), n, blockSize, fields, t.maxima.data(), t.packed.data());
   } else {
     std::vector<float> norms(blocks);
     for (size_t b = 0; b < blocks; ++b)
       norms[b] = scalar::qsgdWireNorm(blockSumSquares(x.data() + b * blockSize, std::min(blockSize, n - b * blockSize)),
                                       scalar::qsgdLevels(bits));
-    encodeQsgdTilePacked(x.data(), n, blockSize, bits, norms.data(), u.data(), t.packed.data());
+    encodeQsgdTilePacked(x.data(), n, blockSize, bits, norms.data(), fields, t.packed.data());
     t.firstBad = n;
   }
   return t;
@@ -799,9 +800,11 @@ std::vector<float> runTernDecode(CpuPath path, const std::vector<uint8_t>& packe
   return out;
 }
 
-// qsgd's level clamp where it bites: a block whose only nonzero value is +-a has norm a, and for an a with
-// fl(a x fl(7 / a)) above 7 a uniform just below 1 takes its level to 8, clamped to s = 7 (code 7, or
-// 15 with the sign). The AVX2 route clamps the signed levels on packed bytes (storeQsgd4Codes64); the
+// qsgd's level clamp. A block's own norm keeps fl(|x| fl(7 / norm)) within a few ulps of 7, and the
+// largest uniform a 16-bit field gives is 1 - 2^-17, so a level never reaches 8 from the codec's norms
+// (checked below for the a whose ratio passes 7): the top level is 7 (first part). Given a norm below its value (outside the codec's
+// use, ratio 7.75) the level 8 is clamped to s = 7 as the scalar rule clamps it: code 7, or 15 with the
+// sign (second part). The AVX2 route clamps the signed levels on packed bytes (storeQsgd4Codes64); the
 // zeros around them stay level 0. Blocks of 64 (one 64-code step each) and of 80 (a step and a rest of 16).
 TEST_P(LevelKernelPaths, QsgdLevelsBeyondTheTopAreClampedLikeTheScalarPath) {
   const int s = scalar::qsgdLevels(4);
@@ -809,25 +812,30 @@ TEST_P(LevelKernelPaths, QsgdLevelsBeyondTheTopAreClampedLikeTheScalarPath) {
   const auto ratioOf = [&](float v) { return v * scalar::ratioScaling(static_cast<float>(s), scalar::qsgdWireNorm(double{v} * v, s)).inv; };
   for (int tries = 0; tries < 100000 && !(ratioOf(a) > 7.0f); ++tries) a = std::nextafter(a, 2.0f);
   ASSERT_GT(ratioOf(a), 7.0f) << "no norm in [1, 2) scales its value above 7";
-  for (const size_t blockSize : {size_t{64}, size_t{80}}) {
-    const size_t blocks = 6, n = blocks * blockSize;
-    std::vector<float> x(n, 0.0f), u(n, std::nextafter(1.0f, 0.0f)), norms(blocks);
-    for (size_t b = 0; b < blocks; ++b) {
-      x[b * blockSize + (b * 29) % blockSize] = b % 2 ? -a : a;  // the maximum at varying positions
-      norms[b] = scalar::qsgdWireNorm(double{a} * a, s);
+  ASSERT_LT(ratioOf(a) + (1.0f - 0x1p-17f), 8.0f) << "a level of 8 is reachable from a block's own norm";
+  for (const float normOverA : {1.0f, 7.0f / 7.75f}) {
+    for (const size_t blockSize : {size_t{64}, size_t{80}}) {
+      const size_t blocks = 6, n = blocks * blockSize;
+      std::vector<float> x(n, 0.0f), norms(blocks);
+      const std::vector<uint32_t> allOnes(n / 2, 0xffffffffu);  // every 16-bit field 0xffff: u = 1 - 2^-17
+      for (size_t b = 0; b < blocks; ++b) {
+        x[b * blockSize + (b * 29) % blockSize] = b % 2 ? -a : a;  // the maximum at varying positions
+        norms[b] = normOverA == 1.0f ? scalar::qsgdWireNorm(double{a} * a, s) : a * normOverA;
+      }
+      const auto encode = [&](CpuPath path) {
+        setCpuPath(path);
+        std::vector<uint8_t> packed(n / 2, 0xee);
+        encodeQsgdTilePacked(x.data(), n, blockSize, 4, norms.data(), RoundingFields{allOnes.data(), 0, 16}, packed.data());
+        return packed;
+      };
+      const std::vector<uint8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
+      for (size_t i = 0; i < n; ++i) {
+        const unsigned code = (want[i / 2] >> (4 * (i % 2))) & 0xfu;
+        ASSERT_EQ(code, x[i] == 0.0f ? 0u : x[i] > 0.0f ? 7u : 15u)
+            << "norm / a " << normOverA << ", block size " << blockSize << ", element " << i;
+      }
+      EXPECT_EQ(got, want) << "norm / a " << normOverA << ", block size " << blockSize;
     }
-    const auto encode = [&](CpuPath path) {
-      setCpuPath(path);
-      std::vector<uint8_t> packed(n / 2, 0xee);
-      encodeQsgdTilePacked(x.data(), n, blockSize, 4, norms.data(), u.data(), packed.data());
-      return packed;
-    };
-    const std::vector<uint8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
-    for (size_t i = 0; i < n; ++i) {
-      const unsigned code = (want[i / 2] >> (4 * (i % 2))) & 0xfu;
-      ASSERT_EQ(code, x[i] == 0.0f ? 0u : x[i] > 0.0f ? 7u : 15u) << "block size " << blockSize << ", element " << i;
-    }
-    EXPECT_EQ(got, want) << "block size " << blockSize;
   }
 }
 

@@ -1,0 +1,47 @@
+// Stochastic rounding's uniforms as the Philox stream cuts them, before any conversion to float: the
+// words of a run of Philox calls, read as 8- or 16-bit fields, element i's uniform being
+// (field + 1/2) 2^-bits (scalar::roundingUniform's value, exact). A code kernel widens the fields it
+// needs in registers (a zero-extending load, a conversion and an FMA per vector), where fillUniforms
+// (block_scale_kernels.h) stores 4 bytes of float per element for the kernel to load again: qsgd's tile
+// on the AVX2 path spent 18 % of its encode in that pass (docs/notes.md, twenty-seventh part).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/prefetch.h"
+#include "kernels/scalar/philox.h"
+
+namespace gradcomp::cpu {
+
+struct RoundingFields {
+  const uint32_t* words = nullptr;  // the Philox words in stream order
+  size_t first = 0;                 // the field of element 0, counted from words[0]'s lowest bits
+  uint32_t bits = scalar::kDefaultRoundingBits;  // 8 or 16
+
+  uint32_t field(size_t i) const {
+    const size_t f = first + i, perWord = 32 / bits;
+    return (words[f / perWord] >> (bits * (f % perWord))) & ((1u << bits) - 1u);
+  }
+  float uniform(size_t i) const {
+    return (static_cast<float>(field(i)) + 0.5f) * (1.0f / static_cast<float>(1u << bits));
+  }
+  // Element i's field as bytes, for vector loads: the words are little-endian on every x86 path, so
+  // field f of the stream sits at byte f x bits / 8 (16-bit fields: the low half of a word first).
+  const uint8_t* bytesAt(size_t i) const { return reinterpret_cast<const uint8_t*>(words) + (first + i) * (bits / 8); }
+  RoundingFields from(size_t i) const { return {words, first + i, bits}; }
+};
+
+// The fields of elements first .. first + n - 1 of `stream` (any first; rounding bits as
+// scalar::roundingUniform reads them: 8, else 16): the words of the Philox calls that hold them go to
+// `words` (grown as needed: a caller's per-thread buffer) and the returned view reads them, so that
+// fields.uniform(i) == scalar::roundingUniform(stream, first + i) for i < n. On the vector paths the calls
+// are made 32 (AVX2) or 64 (AVX-512) at a time, the widest path compiled in, as fillUniforms makes them.
+// readAhead (may be null) is fillUniforms': n floats the caller reads next, prefetched `into` L1 or L2 a
+// few lines after each Philox round, so that their loads spread over the arithmetic (one burst of 16
+// prefetches per 32 calls stalled on the line fill buffers: docs/notes.md, twenty-seventh part).
+RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t first, size_t n, std::vector<uint32_t>& words,
+                                  const float* readAhead = nullptr, PrefetchInto into = PrefetchInto::L1);
+
+}  // namespace gradcomp::cpu
