@@ -88,13 +88,14 @@ class QsgdCodec final : public BlockCodec {
     auto* norms = reinterpret_cast<float*>(payload + sec.offset[0]);
     // The uniforms stay Philox fields until the codes widen them in registers (rounding_fields.h: on the
     // AVX2 path 8.90 -> 8.26 ms per 16M values, docs/notes.md, twenty-seventh part). The next tile is
-    // prefetched as they are drawn. A tile of 4096 into L2: its 16 KiB, this tile's and the uniforms'
-    // 16 KiB (as floats) would overfill a 32 KiB L1 (this tile into L1: 1.47-1.57x memcpy, into L2:
-    // 1.30-1.36x, none: 1.70x; the next tile instead of this one: docs/notes.md). The AVX2 path's tiles of
-    // 2048 into L1 (tileMultiple).
+    // prefetched as they are drawn. A tile of 4096 into L2: its 16 KiB, this tile's 16 KiB and the
+    // uniforms would overfill a 32 KiB L1 (measured with the uniforms as floats, 16 KiB; as fields they
+    // are 8 KiB, still over: this tile into L1: 1.47-1.57x memcpy, into L2: 1.30-1.36x, none: 1.70x; the
+    // next tile instead of this one: docs/notes.md). The AVX2 path's tiles of 2048 into L1 (tileMultiple).
     thread_local std::vector<uint32_t> words;
-    const cpu::RoundingFields u = cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count,
-                                                          onAvx512Path() ? cpu::PrefetchInto::L2 : cpu::PrefetchInto::L1);
+    const cpu::PrefetchInto into = onAvx512Path() ? cpu::PrefetchInto::L2 : cpu::PrefetchInto::L1;
+    const cpu::RoundingFields u =
+        cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count, into);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));

@@ -1,15 +1,6 @@
-#include "kernels/cpu/hadamard_rotation.h"
+#include "kernels/cpu/march_intrinsics.h"  // first: its pragmas must precede <immintrin.h>
 
-#if defined(__AVX2__)
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector that its own -Wmaybe-uninitialized flags inside
-// avx512fintrin.h once inlined (GCC bug 105593), and -Wuninitialized for the permutes' pass-through
-// operand; see kernels/cpu/block_scale_kernels.cc.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/hadamard_rotation.h"
 
 #include <algorithm>
 #include <cfloat>

@@ -279,7 +279,8 @@ namespace {
 // bits, of 8 for 8); the caller encodes the rest. Without it the AVX2 path wrote a byte per code to
 // scratch and packed them in a second pass (docs/notes.md, twenty-fourth part).
 template <int kBits>
-size_t qsgdCodesPackedOfFields(const float* x, size_t n, int bits, float inv, const RoundingFields& u, uint8_t* packed) {
+size_t qsgdCodesPackedOfFields(const float* x, size_t n, int bits, float inv, const RoundingFields& u,
+                               uint8_t* packed) {
   const QsgdLanes lanes(inv, bits);
   const auto uniforms = [&](size_t i) { return uniformsOfFields8<kBits>(u.bytesAt(i)); };
   size_t i = 0;
@@ -326,7 +327,8 @@ size_t ternCodesPackedOfFields(const float* x, size_t n, float inv, const Roundi
 }
 
 size_t ternCodesPackedAvx2(const float* x, size_t n, float inv, const RoundingFields& u, uint8_t* packed) {
-  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed) : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
+  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed)
+                     : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
 }
 
 }  // namespace
@@ -347,7 +349,8 @@ void encodeQsgdTilePacked(const float* x, size_t n, size_t blockSize, int bits, 
       if (done < len)
         packedThroughScratch(len - done, bits, out + done * static_cast<size_t>(bits) / 8, [&](uint8_t* codes) {
           for (size_t i = done; i < len; ++i)
-            codes[i - done] = static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms.uniform(b0 + i)));
+            codes[i - done] =
+                static_cast<uint8_t>(scalar::qsgdCode(x[b0 + i], toLevel, bits, uniforms.uniform(b0 + i)));
         });
     }
   };

@@ -29,7 +29,8 @@ GRADCOMP_AVX512 size_t qsgdCodesPackedOfFields(const float* x, size_t n, int bit
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absMask)), vInv);
     // The minimum first, then the floor by the conversion's own rounding (min(floor(a), s) = floor(min(a, s))
     // for an integral s; a vrndscaleps is two micro-ops).
-    const __m512i level = _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_add_ps(scaled, uniformsOfFields16<kBits>(u.bytesAt(i))), vS),
+    const __m512 rounded = _mm512_add_ps(scaled, uniformsOfFields16<kBits>(u.bytesAt(i)));
+    const __m512i level = _mm512_cvt_roundps_epi32(_mm512_min_ps(rounded, vS),
                                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     // The sign bit only for a nonzero level of a negative x (-0.0 has level 0).
     const __mmask16 negative =
@@ -78,7 +79,8 @@ GRADCOMP_AVX512 size_t ternCodesPackedOfFields(const float* x, size_t n, float i
   const auto masks = [&](size_t i) GRADCOMP_AVX512_LAMBDA {
     const __m512i xb = _mm512_loadu_si512(x + i);
     const __m512 scaled = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, absMask)), vInv);
-    return Masks{_mm512_cmp_ps_mask(uniformsOfFields16<kBits>(u.bytesAt(i)), scaled, _CMP_LT_OQ), _mm512_movepi32_mask(xb)};
+    const __m512 uniforms = uniformsOfFields16<kBits>(u.bytesAt(i));
+    return Masks{_mm512_cmp_ps_mask(uniforms, scaled, _CMP_LT_OQ), _mm512_movepi32_mask(xb)};
   };
   size_t i = 0;
   // Two vectors at a time: their masks joined (kunpackw) into 32 bits, so one pair of 64-bit pdeps and one
@@ -100,7 +102,8 @@ GRADCOMP_AVX512 size_t ternCodesPackedOfFields(const float* x, size_t n, float i
 }
 
 GRADCOMP_AVX512 size_t ternCodesPacked(const float* x, size_t n, float inv, const RoundingFields& u, uint8_t* packed) {
-  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed) : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
+  return u.bits == 8 ? ternCodesPackedOfFields<8>(x, n, inv, u, packed)
+                     : ternCodesPackedOfFields<16>(x, n, inv, u, packed);
 }
 
 GRADCOMP_AVX512 void decodeTernCodesPacked(const uint8_t* packed, size_t n, float maxAbs, float* out,

@@ -132,12 +132,6 @@ using Philox16 = PhiloxBatch<PhiloxAvx512>;
 
 #endif
 
-// Philox4x32-10's rounds firstRound .. 9 on K batches side by side, from the keys k0, k1 of firstRound, the
-// same rounds as scalar::philox4x32_10. A round is a chain of dependent steps (multiply, swap or blend,
-// xor, about 8 cycles), and one batch alone left the multiplier idle between them (AVX-512, two batches:
-// 3.1 against 3.8 ms per 16M elements; four against two: 3.9-4.1 against 4.5-4.8 ms per 2M calls on the
-// Xeon of 2026-12-04, where a round of two batches still waited on its chain; six spill. AVX2: four, in
-// spite of spilling some of AVX2's 16 registers; two and three were slower, docs/notes.md twenty-fifth part).
 // Work a caller interleaves with the rounds (onRound(r, rounds) after the r-th of `rounds` vector
 // rounds): software prefetches spread over the rounds' arithmetic rather than issued in one burst
 // (rounding_fields.cc). By default none.
@@ -145,6 +139,12 @@ struct NoRoundWork {
   void operator()(int, int) const {}
 };
 
+// Philox4x32-10's rounds firstRound .. 9 on K batches side by side, from the keys k0, k1 of firstRound, the
+// same rounds as scalar::philox4x32_10. A round is a chain of dependent steps (multiply, swap or blend,
+// xor, about 8 cycles), and one batch alone left the multiplier idle between them (AVX-512, two batches:
+// 3.1 against 3.8 ms per 16M elements; four against two: 3.9-4.1 against 4.5-4.8 ms per 2M calls on the
+// Xeon of 2026-12-04, where a round of two batches still waited on its chain; six spill. AVX2: four, in
+// spite of spilling some of AVX2's 16 registers; two and three were slower, docs/notes.md twenty-fifth part).
 template <class Isa, int K, class OnRound = NoRoundWork>
 inline void philoxRoundsFrom(int firstRound, uint32_t k0, uint32_t k1, PhiloxBatch<Isa> (&c)[K],
                              const OnRound& onRound = {}) {

@@ -1,16 +1,10 @@
+#include "kernels/cpu/march_intrinsics.h"  // first: its pragmas must precede <immintrin.h>
+
 #include "kernels/cpu/rounding_fields.h"
 
 #include <algorithm>
 
 #if defined(__AVX2__)
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector that its own -Wmaybe-uninitialized flags inside
-// avx512fintrin.h once inlined (GCC bug 105593); see kernels/cpu/block_scale_kernels.cc.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
 #include "kernels/cpu/philox_batches.h"
 #endif
 
@@ -38,8 +32,8 @@ struct LinesAcrossRounds {
 
 }  // namespace
 
-RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t first, size_t n, std::vector<uint32_t>& words,
-                                  const float* readAhead, PrefetchInto into) {
+RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t first, size_t n,
+                                  std::vector<uint32_t>& words, const float* readAhead, PrefetchInto into) {
   const uint32_t bits = stream.roundingBits == 8 ? 8u : 16u;  // roundingUniform's reading
   const uint64_t perCall = 4 * (32 / bits);                   // elements per Philox call
   const uint64_t firstCall = first / perCall;
@@ -52,14 +46,19 @@ RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t firs
   [[maybe_unused]] const auto linesOf = [&](size_t c, size_t count) {
     const size_t begin = c * perCall > skipped ? c * perCall - skipped : 0;
     const size_t end = std::min<size_t>(n, (c + count) * perCall - skipped);
-    return LinesAcrossRounds{aheadOrigin + 4 * begin, readAhead && end > begin ? static_cast<int>((end - begin + 15) / 16) : 0,
-                             into};
+    const int lines = readAhead && end > begin ? static_cast<int>((end - begin + 15) / 16) : 0;
+    return LinesAcrossRounds{aheadOrigin + 4 * begin, lines, into};
   };
   size_t c = 0;
+  // Four batches side by side while a step fits (philoxRoundsFrom: they keep the multiplier busy), then
+  // fewer: a short tile (terngrad's 1000-value blocks, a tensor's last tile) keeps its calls in lanes.
 #if defined(__AVX512F__)
   for (; c + 64 <= calls; c += 64) philox16InOrder<4>(stream, firstCall + c, out + 4 * c, linesOf(c, 64));
+  for (; c + 32 <= calls; c += 32) philox16InOrder<2>(stream, firstCall + c, out + 4 * c, linesOf(c, 32));
+  for (; c + 16 <= calls; c += 16) philox16InOrder<1>(stream, firstCall + c, out + 4 * c, linesOf(c, 16));
 #elif defined(__AVX2__)
   for (; c + 32 <= calls; c += 32) philox8InOrder<4>(stream, firstCall + c, out + 4 * c, linesOf(c, 32));
+  for (; c + 8 <= calls; c += 8) philox8InOrder<1>(stream, firstCall + c, out + 4 * c, linesOf(c, 8));
 #endif
   if (readAhead && c < calls) {
     const size_t begin = c * perCall > skipped ? c * perCall - skipped : 0;

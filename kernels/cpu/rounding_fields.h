@@ -20,9 +20,11 @@ struct RoundingFields {
   size_t first = 0;                 // the field of element 0, counted from words[0]'s lowest bits
   uint32_t bits = scalar::kDefaultRoundingBits;  // 8 or 16
 
+  // The field's first bit, counted from words[0]'s lowest: shifts, where 32 / bits (a divisor known only at
+  // run time) compiled to a 64-bit division per element.
   uint32_t field(size_t i) const {
-    const size_t f = first + i, perWord = 32 / bits;
-    return (words[f / perWord] >> (bits * (f % perWord))) & ((1u << bits) - 1u);
+    const size_t bit = (first + i) * bits;
+    return (words[bit / 32] >> (bit % 32)) & ((1u << bits) - 1u);
   }
   float uniform(size_t i) const {
     return (static_cast<float>(field(i)) + 0.5f) * (1.0f / static_cast<float>(1u << bits));
@@ -37,11 +39,14 @@ struct RoundingFields {
 // scalar::roundingUniform reads them: 8, else 16): the words of the Philox calls that hold them go to
 // `words` (grown as needed: a caller's per-thread buffer) and the returned view reads them, so that
 // fields.uniform(i) == scalar::roundingUniform(stream, first + i) for i < n. On the vector paths the calls
-// are made 32 (AVX2) or 64 (AVX-512) at a time, the widest path compiled in, as fillUniforms makes them.
+// are made in batches of 8 (AVX2) or 16 (AVX-512) lanes, the widest path compiled in, four batches at a
+// time while a step fits, then fewer, as fillUniforms makes them; the last few calls one by one.
 // readAhead (may be null) is fillUniforms': n floats the caller reads next, prefetched `into` L1 or L2 a
-// few lines after each Philox round, so that their loads spread over the arithmetic (one burst of 16
-// prefetches per 32 calls stalled on the line fill buffers: docs/notes.md, twenty-seventh part).
-RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t first, size_t n, std::vector<uint32_t>& words,
-                                  const float* readAhead = nullptr, PrefetchInto into = PrefetchInto::L1);
+// few lines after each Philox round, so that their loads spread over the arithmetic (one burst of
+// prefetches per 256 values after the rounds stalled on the line fill buffers: docs/notes.md,
+// twenty-seventh part).
+RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t first, size_t n,
+                                  std::vector<uint32_t>& words, const float* readAhead = nullptr,
+                                  PrefetchInto into = PrefetchInto::L1);
 
 }  // namespace gradcomp::cpu

@@ -31,6 +31,8 @@ inline const std::vector<std::string> kCodecConfigurations = {
     "nvfp4:rotate=hadamard", "sign:rotate=hadamard,rblock=32", "qsgd:bits=2,rotate=hadamard",
     "fp8-e4m3:rotate=hadamard,rblock=128", "int8:rounding=stochastic,rounding_bits=8", "qsgd:bits=3,rounding_bits=8",
     "terngrad:block=100,rounding_bits=8", "int4:rounding=stochastic,rounding_bits=8,rotate=hadamard",
+    // qsgd's and terngrad's vector routes on 8-bit rounding fields (blocks of a multiple of 16, 4-bit qsgd).
+    "qsgd:rounding_bits=8", "terngrad:block=64,rounding_bits=8",
 };
 
 // Configurations with the keyed Hadamard rotation: their error bounds hold in the rotated domain.

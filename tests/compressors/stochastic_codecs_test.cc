@@ -3,7 +3,9 @@
 // false failure rate below 1e-6 per element checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "compressors/wire_format.h"
@@ -11,7 +13,6 @@
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
-#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/level_codes.h"
 #include "kernels/scalar/philox.h"
 
@@ -122,8 +123,10 @@ INSTANTIATE_TEST_SUITE_P(FieldWidths, RoundingUniforms, ::testing::Values(16u, 8
                          [](const auto& p) { return std::to_string(p.param) + "bits"; });
 
 // rounding_bits=8 draws its uniforms from the 8-bit fields of the encode call's stream (seed, rank, step,
-// tensor): the codec's decode equals the kernels' encode and decode fed those uniforms. A codec that kept
-// 16-bit fields, or keyed its stream otherwise, would still be unbiased and would fail here.
+// tensor): the codec's decode equals the kernels' encode and decode fed those uniforms (int8, int4), or
+// the scalar rule per element fed them (qsgd and terngrad, whose kernels take the fields themselves: an
+// expectation that does not go through those kernels). A codec that kept 16-bit fields, or keyed its
+// stream otherwise, would still be unbiased and would fail here.
 TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   const size_t n = 1000, block = 64;
   const auto x = testing::normalVector(n, 5);
@@ -131,10 +134,6 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   const auto stream = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(8);
   std::vector<float> u(n);
   for (size_t i = 0; i < n; ++i) u[i] = scalar::roundingUniform(stream, i);
-  // qsgd's and terngrad's kernels take the fields themselves: the same uniforms, element for element.
-  std::vector<uint32_t> words;
-  const cpu::RoundingFields fields = cpu::fillRoundingFields(stream, 0, n, words);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(fields.uniform(i), u[i]) << "element " << i;
   const size_t blocks = (n + block - 1) / block;
   std::vector<float> scales(blocks), expect(n);
   {
@@ -146,25 +145,25 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
   }
   {
-    std::vector<uint8_t> packed((n + 3) / 4);
-    ASSERT_EQ(cpu::encodeTernTilePacked(x.data(), n, block, fields, scales.data(), packed.data()), n);
-    cpu::decodeTernTilePacked(packed.data(), n, block, scales.data(), expect.data(), false);
+    for (size_t b0 = 0; b0 < n; b0 += block) {
+      const size_t len = std::min(block, n - b0);
+      float maxAbs = 0.0f;
+      for (size_t i = b0; i < b0 + len; ++i) maxAbs = std::max(maxAbs, std::fabs(x[i]));
+      for (size_t i = b0; i < b0 + len; ++i)
+        expect[i] = scalar::ternValue(scalar::ternCode(x[i], maxAbs, u[i]), maxAbs);
+    }
     auto c = makeCompressor("terngrad:block=64,rounding_bits=8");
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
   }
-  {
-    const int bits = 3;
-    std::vector<double> sums(blocks);
-    cpu::blockSumSquaresEach(x.data(), n, block, sums.data());
-    for (size_t b = 0; b < blocks; ++b) scales[b] = scalar::qsgdWireNorm(sums[b], scalar::qsgdLevels(bits));
-    std::vector<uint8_t> packed(cpu::packedBytes(n, bits)), codes(n);
-    cpu::encodeQsgdTilePacked(x.data(), n, block, bits, scales.data(), fields, packed.data());
-    cpu::unpackBits(packed.data(), n, bits, codes.data());
-    for (size_t b = 0; b < blocks; ++b)
-      cpu::decodeQsgdBlock(codes.data() + b * block, std::min(block, n - b * block), bits, scales[b],
-                           expect.data() + b * block, false);
-    auto c = makeCompressor("qsgd:bits=3,block=64,rounding_bits=8");
-    EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
+  for (const int bits : {3, 4, 8}) {  // 4 and 8: the kernels' vector routes; 3: the byte-per-code rule
+    for (size_t b0 = 0; b0 < n; b0 += block) {
+      const size_t len = std::min(block, n - b0);
+      const float norm = scalar::qsgdWireNorm(cpu::blockSumSquares(x.data() + b0, len), scalar::qsgdLevels(bits));
+      for (size_t i = b0; i < b0 + len; ++i)
+        expect[i] = scalar::qsgdValue(scalar::qsgdCode(x[i], norm, bits, u[i]), norm, bits);
+    }
+    auto c = makeCompressor("qsgd:bits=" + std::to_string(bits) + ",block=64,rounding_bits=8");
+    EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect) << "qsgd bits " << bits;
   }
   {
     std::vector<uint8_t> packed((n + 1) / 2);

@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/block_scale_kernels.h"
@@ -720,11 +721,15 @@ struct LevelTile {
   bool operator==(const LevelTile&) const = default;
 };
 
-LevelTile runLevel(CpuPath path, int bits, const std::vector<float>& x, size_t blockSize) {
+// The tile's uniforms: the fields of elements first .. first + n - 1 at roundingBits (8 or 16). The codecs
+// start their tiles on whole Philox calls; a first inside a call takes the vector loads off that grid.
+LevelTile runLevel(CpuPath path, int bits, const std::vector<float>& x, size_t blockSize, uint32_t roundingBits,
+                   uint64_t first) {
   setCpuPath(path);
   const size_t n = x.size(), blocks = (n + blockSize - 1) / blockSize;
   std::vector<uint32_t> words;
-  const RoundingFields fields = fillRoundingFields(scalar::RngStream::make(9, 0, 1, 2), 0, n, words);
+  const RoundingFields fields =
+      fillRoundingFields(scalar::RngStream::make(9, 0, 1, 2).withRoundingBits(roundingBits), first, n, words);
   LevelTile t;
   t.packed.assign((n * static_cast<size_t>(bits == 0 ? 2 : bits) + 7) / 8 + 16, 0xee);  // bytes past the codes stay
   t.maxima.assign(blocks, 0.0f);
@@ -748,6 +753,10 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
   for (size_t n = 0; n <= 100; ++n) lengths.push_back(n);
   lengths.push_back(4099);
   size_t compared = 0;
+  // Both field widths (the vector routes are templates on the width), each from a call's start and from
+  // inside a call.
+  const std::vector<std::pair<uint32_t, uint64_t>> widthsAndStarts = {{16, 0}, {8, 0}, {16, 5}, {8, 3}};
+  for (const auto& [roundingBits, first] : widthsAndStarts)
   for (const int bits : {4, 8, 0}) {  // 0: terngrad
     // 48, 80, 96: whole blocks that are 64-code steps and a rest of 16 or 32 (the AVX2 packers' second loop).
     for (const size_t blockSize : {size_t{512}, size_t{64}, size_t{16}, size_t{24}, size_t{48}, size_t{80}, size_t{96}})
@@ -759,8 +768,9 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
             // block's norm past 2^100, where qsgd's ratio takes the scalar rule; so the vector loops (the
             // 64-code packing and its 16-code rest among them) see long blocks too.
             if (moderate && n < 65) continue;
-            SCOPED_TRACE(::testing::Message() << "bits " << bits << " block " << blockSize << " n " << n
-                                              << " nonFinite " << nonFinite << " moderate " << moderate);
+            SCOPED_TRACE(::testing::Message() << "rounding bits " << roundingBits << " first " << first << " bits "
+                                              << bits << " block " << blockSize << " n " << n << " nonFinite "
+                                              << nonFinite << " moderate " << moderate);
             auto x = inputs(n, n * 17 + static_cast<uint64_t>(bits), nonFinite);
             if (moderate) {
               for (float& v : x)
@@ -770,8 +780,8 @@ TEST_P(LevelKernelPaths, EveryLengthGivesTheScalarBytes) {
               for (size_t i = blockSize; i < std::min(n, 2 * blockSize); ++i)
                 if (std::isfinite(x[i])) x[i] = (i % 3 == 0 ? -0x1.8p-120f : 0x1.2p-121f) * static_cast<float>(1 + i % 5);
             }
-            const LevelTile want = runLevel(CpuPath::Scalar, bits, x, blockSize);
-            const LevelTile got = runLevel(GetParam(), bits, x, blockSize);
+            const LevelTile want = runLevel(CpuPath::Scalar, bits, x, blockSize, roundingBits, first);
+            const LevelTile got = runLevel(GetParam(), bits, x, blockSize, roundingBits, first);
             ASSERT_EQ(got.firstBad, want.firstBad);
             if (nonFinite) {
               ASSERT_LT(got.firstBad, n);
@@ -802,10 +812,11 @@ std::vector<float> runTernDecode(CpuPath path, const std::vector<uint8_t>& packe
 
 // qsgd's level clamp. A block's own norm keeps fl(|x| fl(7 / norm)) within a few ulps of 7, and the
 // largest uniform a 16-bit field gives is 1 - 2^-17, so a level never reaches 8 from the codec's norms
-// (checked below for the a whose ratio passes 7): the top level is 7 (first part). Given a norm below its value (outside the codec's
-// use, ratio 7.75) the level 8 is clamped to s = 7 as the scalar rule clamps it: code 7, or 15 with the
-// sign (second part). The AVX2 route clamps the signed levels on packed bytes (storeQsgd4Codes64); the
-// zeros around them stay level 0. Blocks of 64 (one 64-code step each) and of 80 (a step and a rest of 16).
+// (checked below for the a whose ratio passes 7): the top level is 7 (first part). Given a norm below
+// its value (outside the codec's use, ratio 7.75) the level 8 is clamped to s = 7 as the scalar rule
+// clamps it: code 7, or 15 with the sign (second part). The AVX2 route clamps the signed levels on packed
+// bytes (storeQsgd4Codes64); the zeros around them stay level 0. Blocks of 64 (one 64-code step each)
+// and of 80 (a step and a rest of 16).
 TEST_P(LevelKernelPaths, QsgdLevelsBeyondTheTopAreClampedLikeTheScalarPath) {
   const int s = scalar::qsgdLevels(4);
   float a = 1.0f;
@@ -825,7 +836,8 @@ TEST_P(LevelKernelPaths, QsgdLevelsBeyondTheTopAreClampedLikeTheScalarPath) {
       const auto encode = [&](CpuPath path) {
         setCpuPath(path);
         std::vector<uint8_t> packed(n / 2, 0xee);
-        encodeQsgdTilePacked(x.data(), n, blockSize, 4, norms.data(), RoundingFields{allOnes.data(), 0, 16}, packed.data());
+        const RoundingFields largest{allOnes.data(), 0, 16};
+        encodeQsgdTilePacked(x.data(), n, blockSize, 4, norms.data(), largest, packed.data());
         return packed;
       };
       const std::vector<uint8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());

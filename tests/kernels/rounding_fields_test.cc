@@ -35,9 +35,9 @@ TEST(RoundingFields, EveryElementIsTheStreamsUniformFromAnyStart) {
                              96 * P + 1, 4097ul}) {
         for (int mode = 0; mode < 3; ++mode) {
           std::vector<uint32_t> words;
-          const RoundingFields f =
-              mode == 0 ? fillRoundingFields(s, first, n, words)
-                        : fillRoundingFields(s, first, n, words, ahead.data(), mode == 1 ? PrefetchInto::L1 : PrefetchInto::L2);
+          const PrefetchInto into = mode == 1 ? PrefetchInto::L1 : PrefetchInto::L2;
+          const RoundingFields f = mode == 0 ? fillRoundingFields(s, first, n, words)
+                                             : fillRoundingFields(s, first, n, words, ahead.data(), into);
           ASSERT_EQ(f.bits, bits);
           for (size_t i = 0; i < n; ++i) {
             ASSERT_EQ(f.uniform(i), scalar::roundingUniform(s, first + i))
@@ -56,7 +56,8 @@ TEST(RoundingFields, AViewFromAnElementIsThatElementsFields) {
   const RoundingFields f = fillRoundingFields(s, 13, 1000, words);
   for (const size_t offset : {0ul, 1ul, 64ul, 517ul}) {
     const RoundingFields g = f.from(offset);
-    for (size_t i = 0; i + offset < 1000; i += 37) ASSERT_EQ(g.uniform(i), scalar::roundingUniform(s, 13 + offset + i)) << offset;
+    for (size_t i = 0; i + offset < 1000; i += 37)
+      ASSERT_EQ(g.uniform(i), scalar::roundingUniform(s, 13 + offset + i)) << offset;
   }
 }
 
@@ -66,7 +67,8 @@ TEST(RoundingFields, AGrownBufferServesALaterShorterRun) {
   std::vector<uint32_t> words;
   for (const auto& [first, n] : std::vector<std::pair<uint64_t, size_t>>{{0, 4096}, {4096, 37}, {4133, 2048}}) {
     const RoundingFields f = fillRoundingFields(s, first, n, words);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(f.uniform(i), scalar::roundingUniform(s, first + i)) << first << " + " << i;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(f.uniform(i), scalar::roundingUniform(s, first + i)) << first << " + " << i;
   }
 }
 
