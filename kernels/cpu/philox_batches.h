@@ -265,16 +265,30 @@ inline void philox16InOrder(const scalar::RngStream& s, uint64_t block, uint32_t
 
 #endif
 
-// The words of Philox calls block .. block + calls, in stream order (out[4c + w]: word w of call c), 32
-// calls at a time on the widest vector path compiled in (64 at a time first on AVX-512), the rest one by one.
-inline void philoxWordsInOrder(const scalar::RngStream& s, uint64_t block, size_t calls, uint32_t* out) {
+// No work beside any step of philoxWordsInOrder.
+struct NoStepWork {
+  NoRoundWork operator()(size_t, size_t) const { return {}; }
+};
+
+// The words of Philox calls block .. block + calls, in stream order (out[4c + w]: word w of call c), on
+// the widest vector path compiled in: four batches side by side while a step fits (philoxRoundsFrom: they
+// keep the multiplier busy), then two (AVX-512), then one, so that a short run keeps its calls in lanes;
+// the last few calls one by one. stepWork(c, count) gives the OnRound work of the step making calls
+// c .. c + count - 1 (rounding_fields.cc: the read-ahead's prefetches, a share after each round); the
+// calls made one by one get theirs before them, as one round of one.
+template <class StepWork = NoStepWork>
+inline void philoxWordsInOrder(const scalar::RngStream& s, uint64_t block, size_t calls, uint32_t* out,
+                               const StepWork& stepWork = {}) {
   size_t c = 0;
 #if defined(__AVX512F__)
-  for (; c + 64 <= calls; c += 64) philox16InOrder<4>(s, block + c, out + 4 * c);
-  for (; c + 32 <= calls; c += 32) philox16InOrder<2>(s, block + c, out + 4 * c);
+  for (; c + 64 <= calls; c += 64) philox16InOrder<4>(s, block + c, out + 4 * c, stepWork(c, 64));
+  for (; c + 32 <= calls; c += 32) philox16InOrder<2>(s, block + c, out + 4 * c, stepWork(c, 32));
+  for (; c + 16 <= calls; c += 16) philox16InOrder<1>(s, block + c, out + 4 * c, stepWork(c, 16));
 #elif defined(__AVX2__)
-  for (; c + 32 <= calls; c += 32) philox8InOrder<4>(s, block + c, out + 4 * c);
+  for (; c + 32 <= calls; c += 32) philox8InOrder<4>(s, block + c, out + 4 * c, stepWork(c, 32));
+  for (; c + 8 <= calls; c += 8) philox8InOrder<1>(s, block + c, out + 4 * c, stepWork(c, 8));
 #endif
+  if (c < calls) stepWork(c, calls - c)(0, 1);
   for (; c < calls; ++c) {
     const scalar::Philox4 w = s.block(block + c);
     for (int k = 0; k < 4; ++k) out[4 * c + static_cast<size_t>(k)] = w.v[k];

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 
-#if defined(__AVX2__)
 #include "kernels/cpu/philox_batches.h"
-#endif
 
 namespace gradcomp::cpu {
 
@@ -43,31 +41,15 @@ RoundingFields fillRoundingFields(const scalar::RngStream& stream, uint64_t firs
   uint32_t* out = words.data();
   // The floats of readAhead that go with calls [c, c + count): elements c perCall - skipped onwards.
   const uintptr_t aheadOrigin = reinterpret_cast<uintptr_t>(readAhead);
-  [[maybe_unused]] const auto linesOf = [&](size_t c, size_t count) {
+  const auto linesOf = [&](size_t c, size_t count) {
     const size_t begin = c * perCall > skipped ? c * perCall - skipped : 0;
     const size_t end = std::min<size_t>(n, (c + count) * perCall - skipped);
     const int lines = readAhead && end > begin ? static_cast<int>((end - begin + 15) / 16) : 0;
     return LinesAcrossRounds{aheadOrigin + 4 * begin, lines, into};
   };
-  size_t c = 0;
-  // Four batches side by side while a step fits (philoxRoundsFrom: they keep the multiplier busy), then
-  // fewer: a short tile (terngrad's 1000-value blocks, a tensor's last tile) keeps its calls in lanes.
-#if defined(__AVX512F__)
-  for (; c + 64 <= calls; c += 64) philox16InOrder<4>(stream, firstCall + c, out + 4 * c, linesOf(c, 64));
-  for (; c + 32 <= calls; c += 32) philox16InOrder<2>(stream, firstCall + c, out + 4 * c, linesOf(c, 32));
-  for (; c + 16 <= calls; c += 16) philox16InOrder<1>(stream, firstCall + c, out + 4 * c, linesOf(c, 16));
-#elif defined(__AVX2__)
-  for (; c + 32 <= calls; c += 32) philox8InOrder<4>(stream, firstCall + c, out + 4 * c, linesOf(c, 32));
-  for (; c + 8 <= calls; c += 8) philox8InOrder<1>(stream, firstCall + c, out + 4 * c, linesOf(c, 8));
-#endif
-  if (readAhead && c < calls) {
-    const size_t begin = c * perCall > skipped ? c * perCall - skipped : 0;
-    prefetchFloats(readAhead, begin, n, into);
-  }
-  for (; c < calls; ++c) {
-    const scalar::Philox4 w = stream.block(firstCall + c);
-    for (size_t k = 0; k < 4; ++k) out[4 * c + k] = w.v[k];
-  }
+  // The rotation's signs take the same calls (philoxWordsInOrder); here each step also asks for its share
+  // of the read-ahead.
+  philoxWordsInOrder(stream, firstCall, calls, out, linesOf);
   return {out, skipped, bits};
 }
 
