@@ -167,12 +167,6 @@ BlockCodec::BlockCodec(const CodecSpec& spec, uint32_t blockSize, Rotation rotat
   while ((uint64_t{1} << rotationLog2_) < rb) ++rotationLog2_;
 }
 
-float* scratchUniforms(uint64_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
 uint8_t* scratchCodes(uint64_t n) {
   thread_local std::vector<uint8_t> buffer;
   if (buffer.size() < n) buffer.resize(n);

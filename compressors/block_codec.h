@@ -199,8 +199,6 @@ void forBlocksInTile(uint64_t begin, uint64_t count, uint32_t blockSize, Fn&& fn
 // read right back.
 inline bool streamsDecode(const WireHeader& h) { return h.numElements >= (uint64_t{1} << 22); }
 
-// A per-thread scratch buffer of at least n floats (the Philox uniforms of one tile).
-float* scratchUniforms(uint64_t n);
 // A per-thread scratch buffer of at least n bytes (one tile's codes before bit packing).
 uint8_t* scratchCodes(uint64_t n);
 

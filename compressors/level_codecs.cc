@@ -190,9 +190,12 @@ class TernGradCodec final : public BlockCodec {
     auto* maxima = reinterpret_cast<float*>(payload + sec.offset[0]);
     // The uniforms stay Philox fields until the codes widen them in registers, as qsgd's. The next tile is
     // prefetched as they are drawn (1.37x memcpy without, 1.16x with this tile's; the next tile's:
-    // docs/notes.md).
+    // docs/notes.md), into L2: into L1 it took 8.33 against 7.56 ms per 16M values on the AVX2 path and
+    // 6.59 against 6.14 on AVX-512, slower in every alternated round (docs/notes.md, twenty-eighth part;
+    // qsgd's tiles of 2048 on AVX2 went the other way, 8.53 against 9.72, and stay in L1).
     thread_local std::vector<uint32_t> words;
-    const cpu::RoundingFields u = cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count);
+    const cpu::RoundingFields u =
+        cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count, cpu::PrefetchInto::L2);
     const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
                                                  reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
     return bad == count ? EncodeResult::kNoIndex : bad;

@@ -15,18 +15,32 @@
 #endif
 namespace gradcomp::cpu::avx512 {
 
-// The stochastic-rounding uniforms (k + 1/2) 2^-kBits of the 16 kBits-bit fields k at p (8 or 16 bits,
-// little-endian: rounding_fields.h), exact in fp32 as fused (k < 2^16).
+// The stochastic-rounding uniforms (k + 1/2) 2^-kBits of 16 fields k, one per 32-bit lane: exact in fp32
+// as fused (k < 2^16).
 template <int kBits>
-GRADCOMP_AVX512 inline __m512 uniformsOfFields16(const uint8_t* p) {
+GRADCOMP_AVX512 inline __m512 uniformsOfFieldLanes(__m512i k) {
   static_assert(kBits == 8 || kBits == 16, "rounding fields are 8 or 16 bits");
-  __m512i k;
-  if constexpr (kBits == 16)
-    k = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  else
-    k = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(1.0f / static_cast<float>(1u << kBits)),
                          _mm512_set1_ps(0.5f / static_cast<float>(1u << kBits)));
+}
+
+// The uniforms of the 16 kBits-bit fields at p (8 or 16 bits, little-endian: rounding_fields.h).
+template <int kBits>
+GRADCOMP_AVX512 inline __m512 uniformsOfFields16(const uint8_t* p) {
+  if constexpr (kBits == 16)
+    return uniformsOfFieldLanes<kBits>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  else
+    return uniformsOfFieldLanes<kBits>(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The same for the lanes set in `lanes` (a tail: the fields past it are not read; those lanes hold
+// 2^-(kBits+1)).
+template <int kBits>
+GRADCOMP_AVX512 inline __m512 uniformsOfFields16(const uint8_t* p, __mmask16 lanes) {
+  if constexpr (kBits == 16)
+    return uniformsOfFieldLanes<kBits>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, p)));
+  else
+    return uniformsOfFieldLanes<kBits>(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, p)));
 }
 
 // The largest lane of each of 16 vectors, lane j of the result from a[j]: a transposing reduction

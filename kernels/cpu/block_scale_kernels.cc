@@ -1,21 +1,9 @@
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector to the masked builtins, which its own
-// -Wmaybe-uninitialized (and -Wuninitialized) then reports inside avx512fintrin.h once inlined (GCC bug
-// 105593, fixed in 13). The warning's location is the header, so it must be silenced before anything
-// includes <immintrin.h> (philox_batches.h does, below): a pragma after that include left the header's
-// inlined Philox steps flagged in the sanitizer builds. A third-party header's warning must not break
-// the -Werror build.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include "kernels/cpu/block_scale_kernels.h"
 
 #include "kernels/cpu/avx2_block_steps.h"
 #include "kernels/cpu/bit_pack.h"
 #include "kernels/cpu/block_scale_kernels_avx512.h"
 #include "kernels/cpu/cpu_path.h"
-#include "kernels/cpu/philox_batches.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/scalar/scale_limits.h"
 
@@ -297,14 +285,14 @@ size_t firstInt4Minimum(const uint8_t* packed, size_t n) {
 
 // The scalar reference of encodeSymmetricIntBlock's codes (and the vector paths' tails).
 // residual (when given): x - code x fl(1 / scale), decodeInt8Block's value subtracted.
-static void finishSymmetricInt(const float* x, size_t n, float scale, float top, const float* uniforms, int8_t* codes,
-                               float* residual) {
+static void finishSymmetricInt(const float* x, size_t n, float scale, float top, const RoundingFields& uniforms,
+                               int8_t* codes, float* residual) {
   // One loop per rounding, so that each stays branch-free (the portable build's whole encoder).
   const auto finish = [&](auto round) {
     for (size_t i = 0; i < n; ++i) codes[i] = static_cast<int8_t>(std::clamp(round(i), -top, top));
   };
-  if (uniforms)
-    finish([&](size_t i) { return std::floor(x[i] * scale + uniforms[i]); });
+  if (uniforms.drawn())
+    finish([&](size_t i) { return std::floor(x[i] * scale + uniforms.uniform(i)); });
   else
     finish([&](size_t i) { return std::nearbyint(x[i] * scale); });
   if (residual) {
@@ -316,11 +304,10 @@ static void finishSymmetricInt(const float* x, size_t n, float scale, float top,
 #if GRADCOMP_CPU_AVX512_KERNELS
 // A block's codes (and residual) for its scale on the AVX-512 path: 16 lanes at a time, the scalar rule
 // for the tail.
-static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float top, const float* uniforms,
+static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float top, const RoundingFields& uniforms,
                                     int8_t* codes, float* residual) {
   const size_t i0 = avx512::symmetricIntCodes(x, n, scale, top, uniforms, codes, residual);
-  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
-                     residual ? residual + i0 : nullptr);
+  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms.from(i0), codes + i0, residual ? residual + i0 : nullptr);
 }
 #endif
 
@@ -329,8 +316,12 @@ static void symmetricIntCodesAvx512(const float* x, size_t n, float scale, float
 // nearest rounding's callers pass x s as it is to the conversion, whose own rounding (to nearest even
 // under the default rounding mode, as nearbyint) is the scalar rule's: a clamp to integer bounds commutes
 // with rounding to nearest, and the vroundps it saves is two micro-ops on Intel cores.
-static inline __m256 stochasticRounded(__m256 scaled, const float* u) {
-  return _mm256_floor_ps(_mm256_add_ps(scaled, _mm256_loadu_ps(u)));
+static inline __m256 stochasticRounded(__m256 scaled, __m256 u) { return _mm256_floor_ps(_mm256_add_ps(scaled, u)); }
+
+// The uniforms of elements i .. i + 7 of `u`, widened from their kBits-bit fields (kBits 8 or 16).
+template <int kBits>
+static inline __m256 uniforms8(const RoundingFields& u, size_t i) {
+  return uniformsOfFields8<kBits>(u.bytesAt(i));
 }
 
 // 32 int32 codes (8 in each of a..d) narrowed to bytes with signed saturation: two in-lane packs of pairs
@@ -348,9 +339,10 @@ static inline void storeCodeBytes32(__m256i bytes, int8_t* out) {
 // A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
 // the tail. kFinite: the block holds no NaN/Inf (every caller but encodeSymmetricIntBlock without its
 // nonFinite check has made sure), so its scaled values are in range for the byte-domain clamp below.
-template <bool kFinite>
-static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float top, const float* uniforms,
-                                  int8_t* codes, float* residual) {
+// kBits: the uniforms' field width (8 or 16), 0 for nearest rounding.
+template <bool kFinite, int kBits>
+static void symmetricIntCodesAvx2OfWidth(const float* x, size_t n, float scale, float top,
+                                         const RoundingFields& uniforms, int8_t* codes, float* residual) {
   const int maxCode = static_cast<int>(top);
   size_t i0 = 0;
   // The scalar loop's roundings (stochasticRounded, or nearest), then the clamp. Packed with signed
@@ -360,7 +352,8 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
   const auto integerCodes = [&](size_t i) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 scaled = _mm256_mul_ps(v, vScale);
-    const __m256 q = uniforms ? stochasticRounded(scaled, uniforms + i) : scaled;
+    __m256 q = scaled;
+    if constexpr (kBits != 0) q = stochasticRounded(scaled, uniforms8<kBits>(uniforms, i));
     const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi));
     // The code's value as the decoder forms it, from the integer code (+0 for code 0: the rounded float
     // is -0 for x = -0, and x - (-0) is +0 where the definition's x - (+0) is -0).
@@ -373,12 +366,13 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
   if (kFinite && maxCode == 127 && !residual) {
     // int8 without a residual clamps in the byte domain, once per 32 codes instead of twice per 8: the
     // rounded values lie in [-128, 128] (|x s| is at most a few ulps above 127, blockScaleFor, plus a
-    // uniform below 1), the packs saturate 128 to 127, and a byte maximum takes -128 to -127: the codes
+    // uniform in (0, 1)), the packs saturate 128 to 127, and a byte maximum takes -128 to -127: the codes
     // of the clamp then the conversion (int8 stochastic encode: docs/notes.md, twenty-fifth part).
     const __m256i lowest = _mm256_set1_epi8(-127);
     const auto rounded = [&](size_t i) {
       const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i), vScale);
-      return _mm256_cvtps_epi32(uniforms ? stochasticRounded(scaled, uniforms + i) : scaled);
+      if constexpr (kBits != 0) return _mm256_cvtps_epi32(stochasticRounded(scaled, uniforms8<kBits>(uniforms, i)));
+      return _mm256_cvtps_epi32(scaled);
     };
     for (; i0 + 32 <= n; i0 += 32) {
       const __m256i a = rounded(i0), b = rounded(i0 + 8), c = rounded(i0 + 16), d = rounded(i0 + 24);
@@ -395,12 +389,19 @@ static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float t
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0), _mm_packs_epi16(w, w));
   }
-  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms ? uniforms + i0 : nullptr, codes + i0,
-                     residual ? residual + i0 : nullptr);
+  finishSymmetricInt(x + i0, n - i0, scale, top, uniforms.from(i0), codes + i0, residual ? residual + i0 : nullptr);
+}
+
+template <bool kFinite>
+static void symmetricIntCodesAvx2(const float* x, size_t n, float scale, float top, const RoundingFields& uniforms,
+                                  int8_t* codes, float* residual) {
+  withFieldWidth(uniforms, [&](auto bits) {
+    symmetricIntCodesAvx2OfWidth<kFinite, decltype(bits)::value>(x, n, scale, top, uniforms, codes, residual);
+  });
 }
 #endif
 
-float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
+float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const RoundingFields& uniforms, int8_t* codes,
                               bool* nonFinite, float* residual) {
   const float top = static_cast<float>(maxCode);
 #if GRADCOMP_CPU_AVX512_KERNELS
@@ -411,7 +412,7 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
     // rounding asks for the next tile while it draws the uniforms; error feedback's x is a g + e in L1):
     // the lines 4 KiB ahead are asked for, as the AVX2 block maximum asks 2 KiB ahead. On the Xeon of
     // 2026-12-04 (slow memory) int8 encode went 11.0-12.1 -> 5.1-6.2 ms per 16M values.
-    if (!uniforms && !residual) prefetchFloats(x, 1024, 1024 + n, PrefetchInto::L1);
+    if (!uniforms.drawn() && !residual) prefetchFloats(x, 1024, 1024 + n, PrefetchInto::L1);
     const uint32_t amaxBits = avx512::maxAbsBits(x, n);
     if (nonFinite && !isFiniteBits(amaxBits)) {
       *nonFinite = true;
@@ -444,9 +445,9 @@ float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float
 
 #ifdef GRADCOMP_HAVE_AVX2
 // Eight values' int4 codes (encodeSymmetricIntBlock's AVX2 steps: the same roundings, the same clamp), two's
-// complement in 4 bits, one per 32-bit lane.
+// complement in 4 bits, one per 32-bit lane; u: their uniforms (kStochastic).
 template <bool kStochastic>
-static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, __m256 lo, __m256 hi) {
+static inline __m256i int4Codes(const float* x, __m256 u, __m256 vScale, __m256 lo, __m256 hi) {
   const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x), vScale);
   const __m256 q = kStochastic ? stochasticRounded(scaled, u) : scaled;
   return _mm256_and_si256(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, lo), hi)), _mm256_set1_epi32(0xf));
@@ -457,9 +458,11 @@ static inline __m256i int4Codes(const float* x, const float* u, __m256 vScale, _
 // by blockScaleFor's rules in one register (one division for the 8; its raise by ulps never applies with 7,
 // block_scale_kernels_avx512.cc), the codes of each block with the scale broadcast from a stored lane.
 // Stops before a last partial group or a group whose maximum is not finite (left to the loop below, which
-// finds the first NaN/Inf); returns the values encoded.
-template <bool kStochastic>
-static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* uniforms, float* scales, uint8_t* packed) {
+// finds the first NaN/Inf); returns the values encoded. kBits: the uniforms' field width, 0 for nearest.
+template <int kBits>
+static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const RoundingFields& uniforms, float* scales,
+                                   uint8_t* packed) {
+  constexpr bool kStochastic = kBits != 0;
   constexpr size_t kBlock = 64, kGroupValues = kBlock * 8;
   const __m256 seven = _mm256_set1_ps(7.0f);
   const __m256i maxFinite = _mm256_set1_epi32(0x7f7fffff);
@@ -492,7 +495,8 @@ static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* unifor
       for (size_t k = 0; k < 8; ++k) {
         // Clamped after the conversion (storeClampedNibbles64), which commutes with its rounding to nearest.
         const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + b0 + 8 * k), vScale);
-        c[k] = _mm256_cvtps_epi32(kStochastic ? stochasticRounded(scaled, uniforms + b0 + 8 * k) : scaled);
+        if constexpr (kStochastic) c[k] = _mm256_cvtps_epi32(stochasticRounded(scaled, uniforms8<kBits>(uniforms, b0 + 8 * k)));
+        else c[k] = _mm256_cvtps_epi32(scaled);
       }
       storeClampedNibbles64(c, 7, packed + b0 / 2);
     }
@@ -505,9 +509,10 @@ static size_t encodeInt4GroupsAvx2(const float* x, size_t n, const float* unifor
 // it in two more passes over memory). As the AVX-512 kernel, 16 blocks at a time in three phases (maxima,
 // scales, codes), so one block's dependent chain overlaps the next blocks' loads. Returns the values done:
 // the whole blocks (a short last block is left to the portable path), or n after a NaN/Inf (firstBad set).
-template <bool kStochastic>
-static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
-                                   uint8_t* packed, uint64_t* firstBad) {
+template <int kBits>
+static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms,
+                                   float* scales, uint8_t* packed, uint64_t* firstBad) {
+  constexpr bool kStochastic = kBits != 0;
   const __m256 lo = _mm256_set1_ps(-7.0f), hi = _mm256_set1_ps(7.0f);
   constexpr size_t kGroup = 16;
   uint32_t maxBits[kGroup];
@@ -529,7 +534,9 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
       const size_t b0 = (g0 + j) * blockSize;
       const __m256 vScale = _mm256_set1_ps(scales[g0 + j]);
       auto codes = [&](size_t i) {
-        return int4Codes<kStochastic>(x + i, kStochastic ? uniforms + i : nullptr, vScale, lo, hi);
+        __m256 u = _mm256_setzero_ps();
+        if constexpr (kStochastic) u = uniforms8<kBits>(uniforms, i);
+        return int4Codes<kStochastic>(x + i, u, vScale, lo, hi);
       };
       size_t i = b0;
       for (; i + 16 <= b0 + blockSize; i += 16) storeNibbles16(codes(i), codes(i + 8), packed + i / 2);
@@ -540,8 +547,9 @@ static size_t encodeInt4BlocksAvx2(const float* x, size_t n, size_t blockSize, c
 }
 #endif
 
-void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& tileUniforms, float* scales,
                       uint8_t* packed, uint64_t* firstBad) {
+  RoundingFields uniforms = tileUniforms;  // advanced with x past what the vector routes encode
 #if GRADCOMP_CPU_AVX512_KERNELS
   if (blockSize % 16 == 0 && activeCpuPath() == CpuPath::Avx512) {
     // The AVX-512 kernel assumes finite input: the scan is a pass of its own there (a vectorized maximum;
@@ -558,19 +566,22 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
   if (blockSize % 8 == 0 && activeCpuPath() >= CpuPath::Avx2) {
     // The standard 64-value blocks through the group encoder first.
     if (blockSize == 64) {
-      const size_t grouped = uniforms ? encodeInt4GroupsAvx2<true>(x, n, uniforms, scales, packed)
-                                      : encodeInt4GroupsAvx2<false>(x, n, nullptr, scales, packed);
+      const size_t grouped = withFieldWidth(uniforms, [&](auto bits) {
+        return encodeInt4GroupsAvx2<decltype(bits)::value>(x, n, uniforms, scales, packed);
+      });
       offset = grouped;
       x += grouped;
       n -= grouped;
       scales += grouped / blockSize;
       packed += grouped / 2;
-      if (uniforms) uniforms += grouped;
+      uniforms = uniforms.from(grouped);
     }
     // (A NaN/Inf it finds is reported relative to the x it was given.)
     uint64_t bad = ~uint64_t{0};
-    const size_t done = uniforms ? encodeInt4BlocksAvx2<true>(x, n, blockSize, uniforms, scales, packed, firstBad ? &bad : nullptr)
-                                 : encodeInt4BlocksAvx2<false>(x, n, blockSize, uniforms, scales, packed, firstBad ? &bad : nullptr);
+    const size_t done = withFieldWidth(uniforms, [&](auto bits) {
+      return encodeInt4BlocksAvx2<decltype(bits)::value>(x, n, blockSize, uniforms, scales, packed,
+                                                         firstBad ? &bad : nullptr);
+    });
     if (bad != ~uint64_t{0}) *firstBad = offset + bad;
     if (done == n) return;
     // The short last block (done is a multiple of 8, so its first value starts a byte).
@@ -579,7 +590,7 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
     n -= done;
     scales += done / blockSize;
     packed += done / 2;
-    if (uniforms) uniforms += done;
+    uniforms = uniforms.from(done);
   }
 #endif
   thread_local std::vector<int8_t> buffer;
@@ -588,7 +599,7 @@ void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* u
   for (size_t b0 = 0, block = 0; b0 < n; b0 += blockSize, ++block) {
     const size_t len = std::min(blockSize, n - b0);
     bool nonFinite = false;
-    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms ? uniforms + b0 : nullptr, codes + b0,
+    scales[block] = encodeSymmetricIntBlock(x + b0, len, 7, uniforms.from(b0), codes + b0,
                                             firstBad ? &nonFinite : nullptr);
     if (nonFinite) {
       *firstBad = offset + b0 + firstNonFiniteIndex(x + b0, len);
@@ -618,7 +629,7 @@ void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const f
     decodeInt8Block(codes + b0, std::min(blockSize, n - b0), scales[block], out + b0, accumulate);
 }
 
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite,
+float encodeInt8Block(const float* x, size_t n, const RoundingFields& uniforms, int8_t* codes, bool* nonFinite,
                       float* residual) {
   return encodeSymmetricIntBlock(x, n, 127, uniforms, codes, nonFinite, residual);
 }
@@ -646,20 +657,20 @@ static size_t encodeInt8Groups(size_t n, size_t blockSize, float* scales, GroupM
   return n;
 }
 
-size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales, int8_t* codes,
-                        float* residual) {
+size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* scales,
+                        int8_t* codes, float* residual) {
   // The grouped phases where the input is in cache: stochastic rounding prefetched the tile as it drew the
   // uniforms, error feedback's x is a g + e tile. Nearest rounding without a residual reads memory block by
   // block below, its next block's lines asked for as it goes (phased on AVX-512, 3.8-4.0 -> 4.0-4.1 ms).
   [[maybe_unused]] const auto codesWith = [&](auto blockCodes) {
     return [&, blockCodes](size_t b0, size_t len, float scale) {
-      blockCodes(x + b0, len, scale, 127.0f, uniforms ? uniforms + b0 : nullptr, codes + b0, residual ? residual + b0 : nullptr);
+      blockCodes(x + b0, len, scale, 127.0f, uniforms.from(b0), codes + b0, residual ? residual + b0 : nullptr);
     };
   };
 #if GRADCOMP_CPU_AVX512_KERNELS
   // From 128 values a block, as encodeSymmetricIntBlock: int8 stochastic encode 8.5-8.7 -> 7.8-8.2 ms per
   // 16M values on the Xeon of 2026-12-04.
-  if (blockSize >= 128 && (uniforms || residual) && activeCpuPath() == CpuPath::Avx512)
+  if (blockSize >= 128 && (uniforms.drawn() || residual) && activeCpuPath() == CpuPath::Avx512)
     return encodeInt8Groups<16>(n, blockSize, scales, [&](size_t g0, size_t count, uint32_t* maxBits) {
       for (size_t j = 0; j < count; ++j)
         maxBits[j] = avx512::maxAbsBits(x + g0 + j * blockSize, std::min(blockSize, n - g0 - j * blockSize));
@@ -669,7 +680,7 @@ size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float*
   // Up to 8 blocks a group (the codec's tiles hold 4 of the default 256 values), their maxima by one
   // transposing reduction (a horizontal maximum per block, a block at a time, had the block maximum at
   // 14-19 % of int8 stochastic encode's time in cache: docs/notes.md, twenty-fifth part).
-  if (blockSize % 8 == 0 && (uniforms || residual) && activeCpuPath() == CpuPath::Avx2)
+  if (blockSize % 8 == 0 && (uniforms.drawn() || residual) && activeCpuPath() == CpuPath::Avx2)
     return encodeInt8Groups<8>(n, blockSize, scales, [&](size_t g0, size_t count, uint32_t* maxBits) {
       __m256i m[8];
       for (size_t j = 0; j < 8; ++j) {
@@ -683,7 +694,7 @@ size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float*
   for (size_t b0 = 0; b0 < n; b0 += blockSize) {
     const size_t len = std::min(blockSize, n - b0);
     bool nonFinite = false;
-    scales[b0 / blockSize] = encodeInt8Block(x + b0, len, uniforms ? uniforms + b0 : nullptr, codes + b0, &nonFinite,
+    scales[b0 / blockSize] = encodeInt8Block(x + b0, len, uniforms.from(b0), codes + b0, &nonFinite,
                                              residual ? residual + b0 : nullptr);
     if (nonFinite) return b0;
   }
@@ -752,102 +763,6 @@ size_t decodeInt8BlocksChecked(const int8_t* codes, size_t n, size_t blockSize, 
     }
   }
   return n;
-}
-
-namespace {
-
-// fillUniforms at kRoundingBits random bits per element (the stream's roundingBits, 8 or 16).
-template <int kRoundingBits>
-void fillUniformsOfWidth(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
-                         bool readAheadIntoL2) {
-  // One line (16 floats) of readAhead per 16 uniforms, issued as the uniforms are made.
-  [[maybe_unused]] auto prefetch = [&](size_t i, size_t count) {
-    if (readAhead)
-      prefetchFloats(readAhead, i, i + count, readAheadIntoL2 ? PrefetchInto::L2 : PrefetchInto::L1);
-  };
-  constexpr int kFields = 32 / kRoundingBits;        // elements per 32-bit word
-  constexpr uint64_t kPerBlock = 4 * kFields;         // elements per Philox call
-  size_t i = 0;
-  while (i < n && ((first + i) % kPerBlock)) {
-    u[i] = roundingUniform(stream, first + i);
-    ++i;
-  }
-#if defined(__AVX512F__)
-  {
-    // K x 16 Philox calls per step (64 K words, 64 K kFields elements), widened 16 at a time: four batches
-    // while a whole step fits (philoxRounds: four keep its rounds busy), then two, then one.
-    // (k + 1/2) 2^-b as one fused k 2^-b + 2^-(b+1): every step is exact (k < 2^16), so the fused and the
-    // two rounded operations give the same float, in one instruction.
-    const __m512 unit = _mm512_set1_ps(1.0f / static_cast<float>(1u << kRoundingBits));
-    const __m512 halfUnit = _mm512_set1_ps(0.5f / static_cast<float>(1u << kRoundingBits));
-    alignas(64) uint32_t words[256];
-    const auto vectorSteps = [&](auto batches) {
-      constexpr int K = decltype(batches)::value;
-      constexpr size_t kStep = 64 * K * kFields;
-      for (; i + kStep <= n; i += kStep) {
-        philox16InOrder<K>(stream, (first + i) / kPerBlock, words);
-        const auto* fields = reinterpret_cast<const uint8_t*>(words);
-        for (size_t j = 0; j < kStep; j += 16) {
-          // One line per vector, not the step's 16 in one burst before the Philox rounds: on the Xeon of
-          // 2026-12-04 the burst stalled on the line fill buffers (7.5 % of int8 stochastic's samples).
-          prefetch(i + j, 16);
-          __m512i k;
-          if constexpr (kRoundingBits == 16)
-            k = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + 2 * j)));
-          else
-            k = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fields + j)));
-          _mm512_storeu_ps(u + i + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), unit, halfUnit));
-        }
-      }
-    };
-    vectorSteps(std::integral_constant<int, 4>{});
-    vectorSteps(std::integral_constant<int, 2>{});
-    // One batch for what is left: error feedback's 256-value tiles at 8-bit fields (16 calls) fit no
-    // longer step, and 16 lanes alone still beat the AVX2 loop's 8.
-    vectorSteps(std::integral_constant<int, 1>{});
-  }
-#endif
-#ifdef GRADCOMP_HAVE_AVX2
-  // K x 8 Philox calls = 32 K words = 32 K kFields elements per step, the words in stream order; stored,
-  // their fields are then the elements in order (little-endian), widened 8 at a time. kBatches steps
-  // first, then single batches for what is left.
-  constexpr int kBatches = 4;
-  alignas(32) uint32_t words[32 * kBatches];
-  const auto vectorSteps = [&](auto batches) {
-    constexpr int K = decltype(batches)::value;
-    constexpr size_t kStep = 32 * K * kFields;
-    for (; i + kStep <= n; i += kStep) {
-      philox8InOrder<K>(stream, (first + i) / kPerBlock, words);
-      const auto* fields = reinterpret_cast<const uint8_t*>(words);
-      for (size_t j = 0; j < kStep; j += 8) {
-        // One line per two vectors, not the step's lines in one burst (as the AVX-512 loop asks).
-        if (j % 16 == 0) prefetch(i + j, 16);
-        _mm256_storeu_ps(u + i + j, uniformsOfFields8<kRoundingBits>(fields + j * (kRoundingBits / 8)));
-      }
-    }
-  };
-  vectorSteps(std::integral_constant<int, kBatches>{});
-  vectorSteps(std::integral_constant<int, 1>{});
-#endif
-  // One Philox call per kPerBlock elements (roundingUniform's fields, in order).
-  for (; i + kPerBlock <= n; i += kPerBlock) {
-    const Philox4 r = stream.block((first + i) / kPerBlock);
-    for (uint64_t j = 0; j < kPerBlock; ++j) {
-      const uint32_t k = (r.v[j / kFields] >> (kRoundingBits * (j % kFields))) & ((1u << kRoundingBits) - 1u);
-      u[i + j] = (static_cast<float>(k) + 0.5f) * (1.0f / static_cast<float>(1u << kRoundingBits));
-    }
-  }
-  for (; i < n; ++i) u[i] = roundingUniform(stream, first + i);
-}
-
-}  // namespace
-
-void fillUniforms(const RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead,
-                  bool readAheadIntoL2) {
-  if (stream.roundingBits == 8)
-    fillUniformsOfWidth<8>(stream, first, n, u, readAhead, readAheadIntoL2);
-  else  // 16, as roundingUniform reads any other value
-    fillUniformsOfWidth<16>(stream, first, n, u, readAhead, readAheadIntoL2);
 }
 
 }  // namespace gradcomp::cpu

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/float_formats.h"
-#include "kernels/scalar/philox.h"
 #include "kernels/scalar/scale_limits.h"
 
 namespace gradcomp::cpu {
@@ -40,24 +40,25 @@ void encodeFp8Blocks(const float* x, size_t n, size_t blockSize, scalar::Fp8Form
 size_t encodeFp8BlocksChecked(const float* x, size_t n, size_t blockSize, scalar::Fp8Format fmt, uint8_t* codes,
                               float* scales, uint64_t& saturated);
 
-// Symmetric int8 in [-127, 127]. `uniforms` (one per element, in [0,1)) selects stochastic rounding
-// floor(v + u); nullptr rounds to nearest even.
+// Symmetric int8 in [-127, 127]. `uniforms` (element i's is uniforms.uniform(i): rounding_fields.h)
+// selects stochastic rounding floor(v + u); a view with no words ({}) rounds to nearest even. The vector
+// paths widen the fields in registers.
 // With nonFinite given, a block holding a NaN/Inf (its largest |bits|, which the scale needs anyway,
 // reaches Inf's) sets *nonFinite and writes no codes: the codec's input check rides in this pass.
 // With residual given, residual[i] = x[i] - decodeInt8Block's value of codes[i] (error feedback's new
 // error, bit for bit: code x fl(1 / scale), then the subtraction), from the code still in a register.
-float encodeInt8Block(const float* x, size_t n, const float* uniforms, int8_t* codes, bool* nonFinite = nullptr,
+float encodeInt8Block(const float* x, size_t n, const RoundingFields& uniforms, int8_t* codes, bool* nonFinite = nullptr,
                       float* residual = nullptr);
 // encodeInt8Block over a tile's blocks (blockSize each, a shorter last one): scales[b] and the codes (and
 // residual when given) of every block before the first holding a NaN/Inf, whose start it returns (n when
-// none). The same bytes as block by block; with uniforms or a residual (the input in cache), on the
+// none). The same bytes as block by block; stochastic or with a residual (the input in cache), on the
 // AVX-512 path up to 16 blocks at a time in three phases (maxima, scales, codes), on the AVX2 path up to
 // 8 (the maxima by one transposing reduction), so one block's chain of a maximum and two divisions
 // overlaps the others' work instead of holding up its own codes.
-size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales, int8_t* codes,
+size_t encodeInt8Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* scales, int8_t* codes,
                         float* residual = nullptr);
 // The same grid with a narrower range [-maxCode, maxCode] (int4: 7), scale = maxCode / amax.
-float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const float* uniforms, int8_t* codes,
+float encodeSymmetricIntBlock(const float* x, size_t n, int maxCode, const RoundingFields& uniforms, int8_t* codes,
                               bool* nonFinite = nullptr, float* residual = nullptr);
 void decodeInt8Block(const int8_t* codes, size_t n, float scale, float* out, bool accumulate);
 // The overwrite decode of a tile's int8 blocks (blockSize each, a shorter last one) with the payload's
@@ -73,20 +74,10 @@ size_t decodeInt8BlocksChecked(const int8_t* codes, size_t n, size_t blockSize, 
 // element's byte has a zero high nibble). `uniforms` as for encodeSymmetricIntBlock. firstBad (when
 // given): a block maximum at or past Inf means NaN/Inf in the block; *firstBad is set to the first such
 // index and the encode stops (the codes are then unspecified). Without it the input must be finite.
-void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* scales,
                       uint8_t* packed, uint64_t* firstBad = nullptr);
 // Its decoder: out (=|+=) code x fl(1 / scales[b]) (decodeInt8Block's arithmetic) from the packed nibbles.
 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,
                       bool accumulate);
-
-// u[i] = scalar::roundingUniform(stream, first + i): the stochastic-rounding uniforms (first may be any index).
-// readAhead (may be null): n floats the caller reads soon, prefetched while the Philox math runs, so that
-// the input streams from memory during the arithmetic instead of after it (one thread otherwise leaves
-// the memory idle while it draws uniforms, then the arithmetic idle while it reads). The codecs pass the
-// tile after the one being encoded (which may lie past their input's end: prefetches never fault), so a
-// tile's loads were issued a whole tile's work before they are used. Into L1, or into L2
-// (readAheadIntoL2) where the tiles and their uniforms together would crowd a 32 KiB L1 (docs/notes.md).
-void fillUniforms(const scalar::RngStream& stream, uint64_t first, size_t n, float* u, const float* readAhead = nullptr,
-                  bool readAheadIntoL2 = false);
 
 }  // namespace gradcomp::cpu

@@ -136,8 +136,12 @@ GRADCOMP_AVX512 uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockS
   return sat;
 }
 
-GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms,
-                                         int8_t* codes, float* residual) {
+namespace {
+
+// symmetricIntCodes at the uniforms' field width kBits (8 or 16; 0: nearest rounding).
+template <int kBits>
+GRADCOMP_AVX512 size_t symmetricIntCodesOfWidth(const float* x, size_t n, float scale, float maxCode,
+                                                const RoundingFields& uniforms, int8_t* codes, float* residual) {
   const __m512 vScale = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-maxCode), hi = _mm512_set1_ps(maxCode);
   const __m512 vInv = _mm512_set1_ps(1.0f / scale);
   size_t i = 0;
@@ -146,10 +150,11 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
     const __m512 scaled = _mm512_mul_ps(v, vScale);
     // Clamped first, then rounded by the conversion's own rounding (floor(x s + u), or to nearest even):
     // a clamp to integer bounds commutes with either rounding, and a vrndscaleps is two micro-ops.
-    const __m512 clamped =
-        _mm512_min_ps(_mm512_max_ps(uniforms ? _mm512_add_ps(scaled, _mm512_loadu_ps(uniforms + i)) : scaled, lo), hi);
-    const __m512i q = uniforms ? _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
-                               : _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 sum = scaled;
+    if constexpr (kBits != 0) sum = _mm512_add_ps(scaled, uniformsOfFields16<kBits>(uniforms.bytesAt(i)));
+    const __m512 clamped = _mm512_min_ps(_mm512_max_ps(sum, lo), hi);
+    const __m512i q = kBits != 0 ? _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                 : _mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     // Within +-127: the signed narrowing never saturates.
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(q));
     // The code's value (from the integer code: +0 for code 0, where the rounded float is -0 for x = -0)
@@ -157,6 +162,15 @@ GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, 
     if (residual) _mm512_storeu_ps(residual + i, _mm512_sub_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vInv)));
   }
   return i;
+}
+
+}  // namespace
+
+GRADCOMP_AVX512 size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode,
+                                         const RoundingFields& uniforms, int8_t* codes, float* residual) {
+  return withFieldWidth(uniforms, [&](auto bits) {
+    return symmetricIntCodesOfWidth<decltype(bits)::value>(x, n, scale, maxCode, uniforms, codes, residual);
+  });
 }
 
 namespace {
@@ -186,10 +200,11 @@ GRADCOMP_AVX512 inline __m128i int4Nibbles(__m512 scaled, __m512 u) {
 // blockScaleFor's rules in one register (one division for the 16), the codes of two blocks at a time from
 // their eight vectors with each scale broadcast from a stored lane, packed together. Per block, the loop
 // below paid a horizontal maximum and two scalar divisions. Stops before a last partial group; returns the
-// elements encoded.
-template <bool kStochastic>
-GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* uniforms, float* scales,
+// elements encoded. kBits: the uniforms' field width (8 or 16), 0 for nearest rounding.
+template <int kBits>
+GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const RoundingFields& uniforms, float* scales,
                                         uint8_t* packed) {
+  constexpr bool kStochastic = kBits != 0;
   constexpr size_t kBlock = 64, kGroupValues = kBlock * 16;
   const __m512i absMask = _mm512_set1_epi32(0x7fffffff), infBits = _mm512_set1_epi32(0x7f800000);
   const __m512 seven = _mm512_set1_ps(7.0f), one = _mm512_set1_ps(1.0f);
@@ -228,7 +243,9 @@ GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* u
         // tile while it draws the uniforms).
         if constexpr (!kStochastic) prefetchFloats(x, i + 1024, i + 1040, PrefetchInto::L1);
         const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), scale);
-        c[k] = int4CodeLanes<kStochastic>(scaled, kStochastic ? _mm512_loadu_ps(uniforms + i) : _mm512_setzero_ps());
+        __m512 u = _mm512_setzero_ps();
+        if constexpr (kStochastic) u = uniformsOfFields16<kBits>(uniforms.bytesAt(i));
+        c[k] = int4CodeLanes<kStochastic>(scaled, u);
       }
       storeNibbles8Vectors(c, packed + (g + kBlock * static_cast<size_t>(j)) / 2);
     }
@@ -236,20 +253,20 @@ GRADCOMP_AVX512 size_t encodeInt4Groups(const float* x, size_t n, const float* u
   return g;
 }
 
-}  // namespace
-
-GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
-                                      uint8_t* packed) {
+// encodeInt4Blocks at the uniforms' field width kBits (8 or 16; 0: nearest rounding).
+template <int kBits>
+GRADCOMP_AVX512 void encodeInt4BlocksOfWidth(const float* x, size_t n, size_t blockSize, RoundingFields uniforms,
+                                             float* scales, uint8_t* packed) {
+  constexpr bool kStochastic = kBits != 0;
   // The standard 64-value blocks through the group encoder, the rest (a last partial group, another block
   // size) block by block below.
   if (blockSize == 64) {
-    const size_t done = uniforms ? encodeInt4Groups<true>(x, n, uniforms, scales, packed)
-                                 : encodeInt4Groups<false>(x, n, nullptr, scales, packed);
+    const size_t done = encodeInt4Groups<kBits>(x, n, uniforms, scales, packed);
     x += done;
     n -= done;
     scales += done / blockSize;
     packed += done / 2;
-    if (uniforms) uniforms += done;
+    uniforms = uniforms.from(done);
   }
   // 16 blocks at a time in three phases (maxima, scales, codes), so one block's dependent chain (a
   // horizontal maximum, a scalar division, a broadcast) overlaps the next blocks' work.
@@ -269,13 +286,14 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
       for (size_t i = b0; i < b0 + len; i += 16) {
         // The input 4 KiB ahead, one line per vector of codes (as the MX encoders; stochastic rounding asks
         // for the next tile while it draws the uniforms): the block maxima are this group's first read.
-        if (!uniforms) prefetchFloats(x, i + 1024, i + 1040, PrefetchInto::L1);
+        if constexpr (!kStochastic) prefetchFloats(x, i + 1024, i + 1040, PrefetchInto::L1);
         const size_t m = b0 + len - i < 16 ? b0 + len - i : 16;
         const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
         // The lanes past the tensor's end load 0 and give the code 0: the zero high nibble of a last odd byte.
         const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + i), vScale);
-        const __m128i bytes = uniforms ? int4Nibbles<true>(scaled, _mm512_maskz_loadu_ps(lanes, uniforms + i))
-                                       : int4Nibbles<false>(scaled, _mm512_setzero_ps());
+        __m512 u = _mm512_setzero_ps();
+        if constexpr (kStochastic) u = uniformsOfFields16<kBits>(uniforms.bytesAt(i), lanes);
+        const __m128i bytes = int4Nibbles<kStochastic>(scaled, u);
         if (m == 16) {
           _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + i / 2), bytes);
         } else {
@@ -284,6 +302,15 @@ GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize
       }
     }
   }
+}
+
+}  // namespace
+
+GRADCOMP_AVX512 void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms,
+                                      float* scales, uint8_t* packed) {
+  withFieldWidth(uniforms, [&](auto bits) {
+    encodeInt4BlocksOfWidth<decltype(bits)::value>(x, n, blockSize, uniforms, scales, packed);
+  });
 }
 
 GRADCOMP_AVX512 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales,

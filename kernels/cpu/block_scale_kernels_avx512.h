@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/avx512_build.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/float_formats.h"
 
 #if GRADCOMP_CPU_AVX512_KERNELS
@@ -26,16 +27,17 @@ uint64_t encodeFp8Blocks(const float* x, size_t n, size_t blockSize, const scala
                          uint32_t overflowBits, uint8_t* codes, float* scales, size_t* firstBad = nullptr,
                          float* residual = nullptr);
 
-// codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + uniforms[i])
-// when uniforms is given, for the first (n / 16) * 16 elements; returns how many it wrote. With residual
-// given, also residual[i] = x[i] - codes[i] x fl(1 / scale) (decodeInt8Block's value).
-size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const float* uniforms, int8_t* codes,
-                         float* residual = nullptr);
+// codes[i] = clamp(round(x[i] * scale), +-maxCode) (nearest even), or floor(x[i] * scale + u_i) where
+// uniforms has words (u_i = uniforms.uniform(i), widened in registers), for the first (n / 16) * 16
+// elements; returns how many it wrote. With residual given, also residual[i] = x[i] - codes[i] x
+// fl(1 / scale) (decodeInt8Block's value).
+size_t symmetricIntCodes(const float* x, size_t n, float scale, float maxCode, const RoundingFields& uniforms,
+                         int8_t* codes, float* residual = nullptr);
 
 // encodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16: each block's amax,
 // scale and nibbles in registers (the standard 64-value blocks 16 at a time, two blocks' nibbles packed
 // together; other sizes block by block, their nibbles paired within 64-bit lanes and narrowed by vpmovqb).
-void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const float* uniforms, float* scales,
+void encodeInt4Blocks(const float* x, size_t n, size_t blockSize, const RoundingFields& uniforms, float* scales,
                       uint8_t* packed);
 // decodeInt4Blocks (block_scale_kernels.h) for a blockSize that is a multiple of 16.
 void decodeInt4Blocks(const uint8_t* packed, size_t n, size_t blockSize, const float* scales, float* out,

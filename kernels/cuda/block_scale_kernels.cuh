@@ -18,7 +18,7 @@ namespace gradcomp::cuda {
 // Every encoder reads c = x + e (e may be null: c = x; the fused error-feedback input), and writes to
 // firstBad (device, may be null) the smallest index whose c is NaN/Inf.
 // int8, symmetric [-127, 127], scale = 127 / amax per block. stochastic: rounding floor(v + u) with u
-// the stream's uniform of global element `first + i` (as cpu::fillUniforms); otherwise nearest even.
+// the stream's uniform of global element `first + i` (as cpu::fillRoundingFields); otherwise nearest even.
 // residual (may be x itself, or null): x - decoded, the fused error-feedback update.
 cudaError_t launchEncodeInt8Blocks(const float* x, const float* e, size_t n, size_t blockSize, bool stochastic,
                                    scalar::RngStream stream, uint64_t first, int8_t* codes, float* scales,

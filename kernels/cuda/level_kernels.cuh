@@ -28,8 +28,8 @@ cudaError_t launchLevelBlockStats(LevelCodec codec, int bits, const float* g, co
                                   float* stats, cudaStream_t stream);
 
 // One code byte per element from c and its block's statistic; uniforms (qsgd, terngrad) are
-// roundingUniform(rng, i) for global element i, as cpu::fillUniforms. residual (may be null, may alias
-// e): c - decoded. firstBad (may be null): smallest index with c NaN/Inf.
+// roundingUniform(rng, i) for global element i, as cpu::fillRoundingFields reads them. residual (may be
+// null, may alias e): c - decoded. firstBad (may be null): smallest index with c NaN/Inf.
 cudaError_t launchLevelCodes(LevelCodec codec, int bits, scalar::RngStream rng, const float* g, const float* e,
                              size_t n, size_t blockSize, const float* stats, uint8_t* codes, float* residual,
                              unsigned long long* firstBad, cudaStream_t stream);

@@ -11,10 +11,10 @@
 #include "compressors/wire_format.h"
 #include "core/error.h"
 #include "kernels/cpu/bit_pack.h"
-#include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/scalar/level_codes.h"
 #include "kernels/scalar/philox.h"
+#include "kernels/scalar/scale_limits.h"
 
 #include "compressors/registry.h"
 #include "tests/compressors/codec_test_util.h"
@@ -123,10 +123,9 @@ INSTANTIATE_TEST_SUITE_P(FieldWidths, RoundingUniforms, ::testing::Values(16u, 8
                          [](const auto& p) { return std::to_string(p.param) + "bits"; });
 
 // rounding_bits=8 draws its uniforms from the 8-bit fields of the encode call's stream (seed, rank, step,
-// tensor): the codec's decode equals the kernels' encode and decode fed those uniforms (int8, int4), or
-// the scalar rule per element fed them (qsgd and terngrad, whose kernels take the fields themselves: an
-// expectation that does not go through those kernels). A codec that kept 16-bit fields, or keyed its
-// stream otherwise, would still be unbiased and would fail here.
+// tensor): the codec's decode equals the scalar rule per element fed them (every one of these codecs'
+// kernels takes the fields themselves: an expectation that does not go through those kernels). A codec
+// that kept 16-bit fields, or keyed its stream otherwise, would still be unbiased and would fail here.
 TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   const size_t n = 1000, block = 64;
   const auto x = testing::normalVector(n, 5);
@@ -134,13 +133,21 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
   const auto stream = scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(8);
   std::vector<float> u(n);
   for (size_t i = 0; i < n; ++i) u[i] = scalar::roundingUniform(stream, i);
-  const size_t blocks = (n + block - 1) / block;
-  std::vector<float> scales(blocks), expect(n);
+  std::vector<float> expect(n);
+  // int8 and int4: scale s = blockScaleFor(block amax, maxCode), code clamp(floor(x s + u), +-maxCode),
+  // decoded as code x fl(1 / s).
+  const auto symmetricIntValues = [&](float maxCode) {
+    for (size_t b0 = 0; b0 < n; b0 += block) {
+      const size_t len = std::min(block, n - b0);
+      float maxAbs = 0.0f;
+      for (size_t i = b0; i < b0 + len; ++i) maxAbs = std::max(maxAbs, std::fabs(x[i]));
+      const float scale = scalar::blockScaleFor(maxAbs, maxCode), inv = 1.0f / scale;
+      for (size_t i = b0; i < b0 + len; ++i)
+        expect[i] = std::clamp(std::floor(x[i] * scale + u[i]), -maxCode, maxCode) * inv;
+    }
+  };
   {
-    std::vector<int8_t> codes(n);
-    ASSERT_EQ(cpu::encodeInt8Blocks(x.data(), n, block, u.data(), scales.data(), codes.data()), n);
-    for (size_t b = 0; b < blocks; ++b)
-      cpu::decodeInt8Block(codes.data() + b * block, std::min(block, n - b * block), scales[b], expect.data() + b * block, false);
+    symmetricIntValues(127.0f);
     auto c = makeCompressor("int8:rounding=stochastic,block=64,rounding_bits=8");
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
   }
@@ -166,9 +173,7 @@ TEST(RoundingBits, EightBitCodecsRoundWithTheStreamsEightBitFields) {
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect) << "qsgd bits " << bits;
   }
   {
-    std::vector<uint8_t> packed((n + 1) / 2);
-    cpu::encodeInt4Blocks(x.data(), n, block, u.data(), scales.data(), packed.data());
-    cpu::decodeInt4Blocks(packed.data(), n, block, scales.data(), expect.data(), false);
+    symmetricIntValues(7.0f);
     auto c = makeCompressor("int4:rounding=stochastic,block=64,rounding_bits=8");
     EXPECT_EQ(testing::decodeToVector(*c, testing::encodeToVector(*c, x, ctx), n), expect);
   }

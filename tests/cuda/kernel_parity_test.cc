@@ -58,11 +58,12 @@ TEST(KernelParity, Int8NearestAndStochasticWithResidualAndDecodeAccumulate) {
           const auto x = testInput(n, n + block);
           const size_t blocks = (n + block - 1) / block;
           std::vector<int8_t> codes(n);
-          std::vector<float> scales(blocks), residual(n), u(block), decoded(n, 0.5f);
+          std::vector<float> scales(blocks), residual(n), decoded(n, 0.5f);
+          std::vector<uint32_t> words;
           for (size_t b = 0; b < blocks; ++b) {
             const size_t b0 = b * block, len = std::min(block, n - b0);
-            if (stochastic) cpu::fillUniforms(rng, b0, len, u.data());
-            scales[b] = cpu::encodeInt8Block(x.data() + b0, len, stochastic ? u.data() : nullptr, codes.data() + b0);
+            const cpu::RoundingFields u = stochastic ? cpu::fillRoundingFields(rng, b0, len, words) : cpu::RoundingFields{};
+            scales[b] = cpu::encodeInt8Block(x.data() + b0, len, u, codes.data() + b0);
             for (size_t i = 0; i < len; ++i)
               residual[b0 + i] = x[b0 + i] - static_cast<float>(codes[b0 + i]) * (1.0f / scales[b]);
             cpu::decodeInt8Block(codes.data() + b0, len, scales[b], decoded.data() + b0, true);

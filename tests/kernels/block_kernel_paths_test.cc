@@ -57,7 +57,8 @@ struct Packed {
   bool operator==(const Packed&) const = default;
 };
 
-// kind: 0..4 the MX element formats, 5 nvfp4 (tensor scale t), 6 int4 nearest, 7 int4 stochastic.
+// kind: 0..4 the MX element formats, 5 nvfp4 (tensor scale t), 6 int4 nearest, 7 int4 stochastic (16-bit
+// fields from element 0), 8 int4 stochastic (8-bit fields from element 5, inside a Philox call).
 Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize, float t,
            const Packed* scalarCodes = nullptr) {
   setCpuPath(path);
@@ -130,10 +131,11 @@ Packed run(CpuPath path, int kind, const std::vector<float>& x, size_t blockSize
       p.accumulated.push_back(std::bit_cast<uint32_t>(acc[i]));
     }
   } else {
-    std::vector<float> u(n);
-    fillUniforms(scalar::RngStream::make(9, 0, 1, 2), 0, n, u.data());
-    encodeInt4Blocks(x.data(), n, blockSize, kind == 7 ? u.data() : nullptr, p.scales.data(), p.codes.data(),
-                     &p.firstBad);
+    std::vector<uint32_t> words;
+    const RoundingFields u = kind == 6 ? RoundingFields{}
+                                       : fillRoundingFields(scalar::RngStream::make(9, 0, 1, 2).withRoundingBits(kind == 7 ? 16 : 8),
+                                                            kind == 7 ? 0 : 5, n, words);
+    encodeInt4Blocks(x.data(), n, blockSize, u, p.scales.data(), p.codes.data(), &p.firstBad);
     if (p.firstBad != ~uint64_t{0}) return p;
     const Packed& source = scalarCodes ? *scalarCodes : p;
     std::vector<float> y(n + 1, -1.0f), acc(n + 1, 0.25f);
@@ -161,7 +163,7 @@ TEST_P(BlockKernelPaths, EveryLengthGivesTheScalarBytes) {
   // by the group encoder's saturation path) and one so large that most are zero (its zero-factor path).
   const float tensorScales[] = {0.0125f, 0x1p-126f, 0x1p100f};
   size_t compared = 0, saturatedCases = 0;
-  for (int kind = 0; kind < 8; ++kind) {
+  for (int kind = 0; kind < 9; ++kind) {
     const size_t standard = kind < 5 ? 32 : kind == 5 ? 16 : 64;
     for (const float t : kind == 5 ? std::span<const float>(tensorScales) : std::span<const float>(tensorScales, 1)) {
       for (const size_t blockSize : {standard, size_t{48}, size_t{24}})
@@ -435,15 +437,17 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
   for (const size_t n : {127, 128, 129, 256, 1000, 4096}) lengths.push_back(n);
   size_t compared = 0;
   for (const size_t n : lengths)
-    for (const bool stochastic : {false, true})
+    for (const uint32_t rounding : {0u, 16u, 8u})  // nearest, or stochastic with fields of that width
       for (const bool withResidual : {false, true})
         for (const bool nonFinite : {false, true}) {
           if (nonFinite && n == 0) continue;
-          SCOPED_TRACE(::testing::Message() << "n " << n << " stochastic " << stochastic << " residual " << withResidual
+          SCOPED_TRACE(::testing::Message() << "n " << n << " rounding bits " << rounding << " residual " << withResidual
                                             << " nonFinite " << nonFinite);
-          const auto x = inputs(n, n * 7 + stochastic, nonFinite);
-          std::vector<float> u(n);
-          fillUniforms(scalar::RngStream::make(3, 0, 1, 2), 0, n, u.data());
+          const auto x = inputs(n, n * 7 + (rounding != 0), nonFinite);
+          std::vector<uint32_t> words;  // from element 3: the fields start inside a Philox call
+          const RoundingFields u =
+              rounding ? fillRoundingFields(scalar::RngStream::make(3, 0, 1, 2).withRoundingBits(rounding), 3, n, words)
+                       : RoundingFields{};
           struct Result {
             std::vector<int8_t> codes;
             std::vector<uint32_t> residual;
@@ -456,7 +460,7 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
             Result r;
             r.codes.assign(n, 0);
             std::vector<float> residual(n, -1.0f);
-            r.scale = std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, stochastic ? u.data() : nullptr, r.codes.data(),
+            r.scale = std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, u, r.codes.data(),
                                                               &r.nonFinite, withResidual ? residual.data() : nullptr));
             if (r.nonFinite) return Result{{}, {}, 0, true};  // the codes are then unspecified
             for (const float v : residual) r.residual.push_back(std::bit_cast<uint32_t>(v));
@@ -477,38 +481,42 @@ TEST_P(BlockKernelPaths, Int8BlocksGiveTheScalarBytes) {
 }
 
 // A block maximum in [1, 2) whose scaled value fl(a x blockScale(a, maxCode)) lies above maxCode, and a
-// block of n values a, -a, a / 4, ... with uniforms just below 1 on the a's and 0 elsewhere: floor takes
-// a to maxCode + 1 and -a to -(maxCode + 1), which the clamp must bring back.
+// block of n values a, -a, a / 4, ... with 16-bit rounding fields made by hand: the largest (0xffff,
+// u = 1 - 2^-17) on the a's, the smallest (0, u = 2^-17) elsewhere.
 struct RangeEdgeBlock {
   float a = 1.0f;
-  std::vector<float> x, u;
-  RangeEdgeBlock(float maxCode, size_t n) : x(n), u(n) {
+  std::vector<float> x;
+  std::vector<uint32_t> words;
+  RangeEdgeBlock(float maxCode, size_t n) : x(n), words((n + 1) / 2, 0) {
     for (int tries = 0; tries < 100000 && !(a * blockScale(a, maxCode) > maxCode); ++tries) a = std::nextafter(a, 2.0f);
     for (size_t i = 0; i < n; ++i) {
       x[i] = i % 3 == 0 ? a : i % 3 == 1 ? -a : 0.25f * a;
-      u[i] = i % 3 == 0 ? std::nextafter(1.0f, 0.0f) : 0.0f;
+      if (i % 3 == 0) words[i / 2] |= 0xffffu << (16 * (i % 2));
     }
   }
+  RoundingFields fields() const { return {words.data(), 0, 16}; }
 };
 
 // The clamp to [-127, 127] where it bites: a block maximum a whose scaled value fl(a x blockScale(a, 127))
-// lies above 127, with uniforms that carry it over: just below 1 takes a to floor(127 + ulp + u) = 128,
-// and 0 (the kernels accept any uniform) takes -a to floor(-127 - ulp) = -128. Both must come out as the
-// scalar clamp's +-127 (the AVX2 path clamps after the byte packs: a saturating pack gives 127, a byte
-// maximum -127), in the 32-value steps, the 8-value steps and the tail (n = 64 + 8 + 3).
+// lies above 127 (by an ulp, 2^-17), with the largest uniform 1 - 2^-17 takes a to floor(127 + 2^-17 + u)
+// = 128, which must come out as the scalar clamp's 127 (the AVX2 path clamps after the byte packs: a
+// saturating pack gives 127), in the 32-value steps, the 8-value steps and the tail (n = 64 + 8 + 3). -a
+// with the smallest uniform 2^-17 reaches -127 (no uniform of 8 or 16 bits is small enough to carry it
+// past: the byte maximum the AVX2 path keeps for -128 is not reached from a finite block).
 TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
   const size_t n = 64 + 8 + 3;
   const RangeEdgeBlock edge(127.0f, n);
   const float scale = blockScale(edge.a, 127.0f);
   ASSERT_GT(edge.a * scale, 127.0f) << "no block maximum in [1, 2) scales above 127";
   const std::vector<float>& x = edge.x;
-  const std::vector<float>& u = edge.u;
+  const RoundingFields u = edge.fields();
+  ASSERT_EQ(std::floor(x[0] * scale + u.uniform(0)), 128.0f) << "the largest uniform carries a past 127";
   for (const bool stochastic : {false, true}) {
     const auto encode = [&](CpuPath path) {
       setCpuPath(path);
       std::vector<int8_t> codes(n, 0);
       bool nonFinite = false;
-      EXPECT_EQ(std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, stochastic ? u.data() : nullptr, codes.data(), &nonFinite)),
+      EXPECT_EQ(std::bit_cast<uint32_t>(encodeInt8Block(x.data(), n, stochastic ? u : RoundingFields{}, codes.data(), &nonFinite)),
                 std::bit_cast<uint32_t>(scale));
       return codes;
     };
@@ -528,11 +536,12 @@ TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
   big[40] = -3.0e9f;
   big[63] = -INFINITY;
   for (const bool stochastic : {false, true}) {
-    std::vector<float> half(64, 0.5f);
+    const std::vector<uint32_t> halves(32, 0x80008000u);  // every uniform 1/2 + 2^-17
     const auto encode = [&](CpuPath path) {
       setCpuPath(path);
       std::vector<int8_t> codes(64, 0);
-      EXPECT_EQ(encodeInt8Block(big.data(), 64, stochastic ? half.data() : nullptr, codes.data()), 1.0f);
+      EXPECT_EQ(encodeInt8Block(big.data(), 64, stochastic ? RoundingFields{halves.data(), 0, 16} : RoundingFields{},
+                                codes.data()), 1.0f);
       return codes;
     };
     const std::vector<int8_t> want = encode(CpuPath::Scalar), got = encode(GetParam());
@@ -544,22 +553,24 @@ TEST_P(BlockKernelPaths, Int8CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
   }
 }
 
-// The same for int4 (clamp to [-7, 7], 4-bit two's complement): the AVX2 group encoder clamps the packed
-// bytes (storeClampedNibbles64), the other paths the lanes. Two groups of 8 blocks of 64, a rest of 64
-// and a tail of 3; every block has the maximum a, so every block's scale is blockScale(a, 7).
+// The same edge for int4 (clamp to [-7, 7], 4-bit two's complement): the AVX2 group encoder clamps the
+// packed bytes (storeClampedNibbles64), the other paths the lanes. Two groups of 8 blocks of 64, a rest of
+// 64 and a tail of 3; every block has the maximum a, so every block's scale is blockScale(a, 7). a x s
+// exceeds 7 by an ulp of 7 (2^-21), less than the largest uniform's gap below 1 (2^-17): stochastic
+// rounding gives 7 there, and the nibble must not wrap to -8 on any path.
 TEST_P(BlockKernelPaths, Int4CodesBeyondTheRangeAreClampedLikeTheScalarPath) {
   const size_t n = 2 * 512 + 64 + 3;
   const RangeEdgeBlock edge(7.0f, n);
   ASSERT_GT(edge.a * blockScale(edge.a, 7.0f), 7.0f) << "no block maximum in [1, 2) scales above 7";
   const std::vector<float>& x = edge.x;
-  const std::vector<float>& u = edge.u;
+  const RoundingFields u = edge.fields();
   for (const bool stochastic : {false, true}) {
     const auto encode = [&](CpuPath path) {
       setCpuPath(path);
       std::vector<uint8_t> packed((n + 1) / 2, 0xee);
       std::vector<float> scales((n + 63) / 64, -1.0f);
       uint64_t bad = ~uint64_t{0};
-      encodeInt4Blocks(x.data(), n, 64, stochastic ? u.data() : nullptr, scales.data(), packed.data(), &bad);
+      encodeInt4Blocks(x.data(), n, 64, stochastic ? u : RoundingFields{}, scales.data(), packed.data(), &bad);
       EXPECT_EQ(bad, ~uint64_t{0});
       return packed;
     };
@@ -581,7 +592,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
   size_t compared = 0;
   for (const size_t blockSize : {size_t{256}, size_t{128}, size_t{200}, size_t{64}})
     for (const size_t n : {blockSize * 16, blockSize * 16 + 1, blockSize * 37 + blockSize / 3, size_t{1000}})
-      for (const bool stochastic : {false, true})
+      for (const uint32_t rounding : {0u, 16u, 8u})  // nearest, or stochastic with fields of that width
         for (const bool withResidual : {false, true})
           // Where the NaN/Inf goes (n: none): past the first group of 16 blocks for the longer tiles; the
           // last value (the short last block, whose maximum the AVX2 groups take by blockAmax); the first
@@ -589,12 +600,15 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
           for (const size_t badAt : {n, n - 1 - n / 5, n - 1, 8 * blockSize, 16 * blockSize}) {
             if (badAt > n) continue;
             const bool nonFinite = badAt < n;
-            SCOPED_TRACE(::testing::Message() << "block " << blockSize << " n " << n << " stochastic " << stochastic
+            SCOPED_TRACE(::testing::Message() << "block " << blockSize << " n " << n << " rounding bits " << rounding
                                               << " residual " << withResidual << " bad at " << badAt);
+            const bool stochastic = rounding != 0;
             auto x = inputs(n, n * 5 + blockSize + stochastic, false);
             if (nonFinite) x[badAt] = stochastic ? std::numeric_limits<float>::quiet_NaN() : INFINITY;
-            std::vector<float> u(n);
-            fillUniforms(scalar::RngStream::make(5, 1, 2, 3), 0, n, u.data());
+            std::vector<uint32_t> words;
+            const RoundingFields u =
+                stochastic ? fillRoundingFields(scalar::RngStream::make(5, 1, 2, 3).withRoundingBits(rounding), 0, n, words)
+                           : RoundingFields{};
             const size_t blocks = (n + blockSize - 1) / blockSize;
             // Expected: block by block on the scalar path, up to the first non-finite block.
             setCpuPath(CpuPath::Scalar);
@@ -603,7 +617,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
             size_t wantBad = n;
             for (size_t b0 = 0; b0 < n && wantBad == n; b0 += blockSize) {
               bool bad = false;
-              const float scale = encodeInt8Block(x.data() + b0, std::min(blockSize, n - b0), stochastic ? u.data() + b0 : nullptr,
+              const float scale = encodeInt8Block(x.data() + b0, std::min(blockSize, n - b0), u.from(b0),
                                                   wantCodes.data() + b0, &bad, withResidual ? wantResidual.data() + b0 : nullptr);
               if (bad) {
                 wantBad = b0;
@@ -617,7 +631,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
             setCpuPath(GetParam());
             std::vector<int8_t> codes(n, 0);
             std::vector<float> scales(blocks, -1.0f), residual(n, -1.0f);
-            const size_t bad = encodeInt8Blocks(x.data(), n, blockSize, stochastic ? u.data() : nullptr, scales.data(),
+            const size_t bad = encodeInt8Blocks(x.data(), n, blockSize, u, scales.data(),
                                                 codes.data(), withResidual ? residual.data() : nullptr);
             ASSERT_EQ(bad, wantBad);
             // Past the bad block the codes and residual are unspecified (the codec reports the NaN/Inf).
@@ -629,7 +643,7 @@ TEST_P(BlockKernelPaths, Int8TilesGiveTheBlockByBlockBytes) {
               ASSERT_EQ(std::bit_cast<uint32_t>(scales[b]), std::bit_cast<uint32_t>(wantScales[b])) << "scale " << b;
             ++compared;
           }
-  EXPECT_EQ(compared, 292u);  // 4 block sizes x 4 lengths x 2 x 2, each finite and with 1-4 bad positions
+  EXPECT_EQ(compared, 438u);  // 4 block sizes x 4 lengths x 3 x 2, each finite and with 1-4 bad positions
   std::printf("int8 tiles: %zu cases on the %s path equal the block-by-block scalar encode\n", compared,
               cpuPathName(GetParam()));
 }
@@ -657,9 +671,9 @@ TEST_P(BlockKernelPaths, Int4GroupScalesAreBlockScaleFor) {
   std::vector<float> want(maxima.size()), got(maxima.size());
   std::vector<uint8_t> wantCodes(n / 2), gotCodes(n / 2);
   setCpuPath(CpuPath::Scalar);
-  encodeInt4Blocks(x.data(), n, kBlock, nullptr, want.data(), wantCodes.data());
+  encodeInt4Blocks(x.data(), n, kBlock, {}, want.data(), wantCodes.data());
   setCpuPath(GetParam());
-  encodeInt4Blocks(x.data(), n, kBlock, nullptr, got.data(), gotCodes.data());
+  encodeInt4Blocks(x.data(), n, kBlock, {}, got.data(), gotCodes.data());
   for (size_t b = 0; b < maxima.size(); ++b) {
     ASSERT_EQ(std::bit_cast<uint32_t>(want[b]), std::bit_cast<uint32_t>(scalar::blockScaleFor(maxima[b], 7.0f)))
         << "block " << b << " amax " << maxima[b];

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "kernels/cpu/bit_pack.h"
-#include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/cpu/sign_kernels.h"
+#include "kernels/scalar/philox.h"
 
 namespace gradcomp {
 namespace {
@@ -96,7 +96,7 @@ TEST(LevelCodes, QsgdAndTernGradCodesAndValuesMatchTheCpu) {
     for (float& v : b.c) v = std::min(std::max(v * magnitude, -3.4e38f), 3.4e38f);
     std::vector<float> u(len), decoded(len);
     std::vector<uint8_t> codes(len);
-    cpu::fillUniforms(stream, 1000, len, u.data());
+    for (size_t i = 0; i < len; ++i) u[i] = scalar::roundingUniform(stream, 1000 + i);
     for (int bits = 2; bits <= 8; ++bits) {
       SCOPED_TRACE(::testing::Message() << "len=" << len << " bits=" << bits << " magnitude=" << magnitude);
       const float norm = cpu::encodeQsgdBlock(b.c.data(), len, bits, u.data(), codes.data());

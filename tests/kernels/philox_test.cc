@@ -1,12 +1,6 @@
-// philox_batches.h's intrinsics are inlined into this file where the build targets AVX-512, and GCC 12
-// then reports its own header's pass-through operands (GCC bug 105593, fixed in 13): silenced for that
-// header (both warnings, as block_scale_kernels.cc), before its first inclusion; a third-party header's warning
-// must not break the -Werror build.
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"  // the same operand, flagged so at -O2 (not -O3)
-#endif
-#include <immintrin.h>
+// First: the GCC 12 pragmas for philox_batches.h's AVX-512 intrinsics, inlined into this file where the
+// build targets AVX-512 (march_intrinsics.h says why).
+#include "kernels/cpu/march_intrinsics.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +9,6 @@
 #include <vector>
 
 #include "kernels/cpu/bit_pack.h"
-#include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/level_kernels.h"
 #include "kernels/cpu/philox_batches.h"
 #include "kernels/scalar/feistel_permutation.h"
@@ -54,26 +47,6 @@ TEST(Philox, StreamsDifferByRankStepTensorAndElement) {
   EXPECT_LT(uniform01(0xffffffffu), 1.0f);
 }
 
-TEST(Philox, VectorizedUniformsEqualTheScalarStream) {
-  // At both field widths (P elements per Philox call: 8 at 16 bits, 16 at 8): any start (aligned or not),
-  // across a 2^32 carry of the block counter, and tails of every length: lengths around the AVX2 path's
-  // 4-batch step (32 P values) and its single-batch step (8 P), and around the AVX-512 path's 4-, 2- and
-  // 1-batch steps (64 P, 32 P, 16 P: 896 values at 16 bits and 1792 at 8 take all three).
-  for (uint32_t bits : {16u, 8u}) {
-    const uint64_t P = 4 * 32 / bits;
-    for (uint64_t first : std::vector<uint64_t>{0, 3, P * uint64_t{0xfffffff0} + 1, P * uint64_t{0xfffffffc}, uint64_t{1} << 40}) {
-      for (size_t n : {1ul, 5ul, 31ul, 32ul, 33ul, 63ul, 64ul, 65ul, 100ul, 127ul, 128ul, 129ul, 255ul, 256ul, 257ul,
-                       511ul, 512ul, 513ul, 767ul, 768ul, 769ul, 1000ul, 1023ul, 1024ul, 1025ul, 1535ul, 1536ul, 1537ul,
-                       2049ul, 3071ul, 895ul, 896ul, 897ul, 1791ul, 1792ul, 1793ul}) {
-        const auto s = RngStream::make(123456789ull, 3, 17, 5).withRoundingBits(bits);
-        std::vector<float> u(n);
-        cpu::fillUniforms(s, first, n, u.data());
-        for (size_t i = 0; i < n; ++i) ASSERT_EQ(u[i], roundingUniform(s, first + i)) << bits << " bits, " << first << " + " << i;
-      }
-    }
-  }
-}
-
 TEST(Philox, RoundingUniformsAreTheStreamWordsFieldByField) {
   // The documented layout (kernels/scalar/philox.h): element i's field is the (i mod E)-th b-bit field of
   // word i / E, low bits first, E = 32 / b; u = (field + 1/2) / 2^b. A path that took the words in another
@@ -90,9 +63,6 @@ TEST(Philox, RoundingUniformsAreTheStreamWordsFieldByField) {
   }
   // Any width but 8 reads as the default 16, on every path alike.
   EXPECT_EQ(roundingUniform(base.withRoundingBits(12), 5), roundingUniform(base, 5));
-  std::vector<float> u(600);
-  cpu::fillUniforms(base.withRoundingBits(12), 0, u.size(), u.data());
-  for (size_t i = 0; i < u.size(); ++i) ASSERT_EQ(u[i], roundingUniform(base, i)) << i;
 }
 
 TEST(Philox, VectorizedWordsEqualTheScalarCalls) {
@@ -176,7 +146,7 @@ TEST(LevelKernels, VectorPathsEqualTheScalarFormulas) {
   // n = 8k + 5: the SIMD body and the scalar tail both run; every code checked against the formula.
   const size_t n = 8 * 100 + 5;
   std::vector<float> x(n), u(n);
-  cpu::fillUniforms(RngStream::make(1, 0, 0, 0), 0, n, u.data());
+  for (size_t i = 0; i < n; ++i) u[i] = roundingUniform(RngStream::make(1, 0, 0, 0), i);
   for (size_t i = 0; i < n; ++i) x[i] = (static_cast<float>(i % 17) - 8.0f) * 0.37f;
   x[3] = -0.0f;
   for (int bits : {2, 4, 8}) {

@@ -1,5 +1,5 @@
-// fillRoundingFields / RoundingFields (kernels/cpu/rounding_fields.h): the fields qsgd's codes widen in
-// registers are the stream's rounding uniforms, element for element, from any start, at both widths, with
+// fillRoundingFields / RoundingFields (kernels/cpu/rounding_fields.h): the fields the stochastic codecs'
+// codes widen in registers are the stream's rounding uniforms, element for element, from any start, at both widths, with
 // or without the read-ahead prefetches interleaved with the Philox rounds.
 #include <gtest/gtest.h>
 
@@ -79,6 +79,22 @@ TEST(RoundingFields, AnyWidthButEightReadsAsSixteen) {
   const RoundingFields f = fillRoundingFields(s, 3, 600, words);
   EXPECT_EQ(f.bits, 16u);
   for (size_t i = 0; i < 600; ++i) ASSERT_EQ(f.uniform(i), scalar::roundingUniform(s, 3 + i)) << i;
+}
+
+TEST(RoundingFields, TheKernelsSeeTheWidthAndAnEmptyViewAsNearestRounding) {
+  // withFieldWidth hands the kernels the width as a constant: 8 or 16 from filled views, 0 from a view
+  // with no words (the int kernels' nearest rounding), also after from(), which keeps it empty.
+  const auto s = scalar::RngStream::make(5, 0, 1, 2);
+  std::vector<uint32_t> words;
+  const auto width = [](const RoundingFields& f) { return withFieldWidth(f, [](auto bits) { return decltype(bits)::value; }); };
+  EXPECT_EQ(width(fillRoundingFields(s.withRoundingBits(8), 0, 64, words)), 8);
+  EXPECT_EQ(width(fillRoundingFields(s, 0, 64, words)), 16);
+  EXPECT_TRUE(fillRoundingFields(s, 0, 64, words).drawn());
+  const RoundingFields none;
+  EXPECT_FALSE(none.drawn());
+  EXPECT_FALSE(none.from(100).drawn());
+  EXPECT_EQ(width(none), 0);
+  EXPECT_EQ(width(none.from(100)), 0);
 }
 
 }  // namespace
