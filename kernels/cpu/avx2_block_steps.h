@@ -1,5 +1,5 @@
-// Steps the AVX2 block encoders share (block_scale_kernels.cc's int4, microscaling_kernels_avx2.cc's MX /
-// NVFP4, level_kernels.cc's qsgd and terngrad): a block's largest magnitude, the largest magnitudes of 8
+// Steps the AVX2 block encoders share (block_scale_kernels.cc's int8 and int4, microscaling_kernels_avx2.cc's
+// MX / NVFP4, level_kernels.cc's qsgd and terngrad): a block's largest magnitude, the largest magnitudes of 8
 // blocks at once, the packing of 4-bit and 2-bit codes held one per 32-bit lane, and stochastic
 // rounding's uniforms widened from their Philox fields.
 #pragma once

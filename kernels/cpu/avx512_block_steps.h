@@ -1,6 +1,6 @@
 // Steps the AVX-512 block encoders share (microscaling_kernels_avx512.cc's MX / NVFP4 group encoders,
-// block_scale_kernels_avx512.cc's int4 group encoder, level_kernels_avx512.cc's qsgd codes and their
-// rounding uniforms). Included by
+// block_scale_kernels_avx512.cc's int4 group encoder and the int8 / int4 codes' rounding uniforms,
+// level_kernels_avx512.cc's qsgd codes and their rounding uniforms). Included by
 // AVX-512 implementation files after avx512_intrinsics.h (never by a header: see there), whose intrinsics
 // and target attribute it uses.
 #pragma once

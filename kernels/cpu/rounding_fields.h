@@ -22,7 +22,9 @@ namespace gradcomp::cpu {
 struct RoundingFields {
   const uint32_t* words = nullptr;  // the Philox words in stream order
   size_t first = 0;                 // the field of element 0, counted from words[0]'s lowest bits
-  uint32_t bits = scalar::kDefaultRoundingBits;  // 8 or 16
+  // 8 or 16: fillRoundingFields normalises the stream's width so; a view made by hand must use one of
+  // them (withFieldWidth reads any other as 16, field() as itself).
+  uint32_t bits = scalar::kDefaultRoundingBits;
 
   // The field's first bit, counted from words[0]'s lowest: shifts, where 32 / bits (a divisor known only at
   // run time) compiled to a 64-bit division per element.
