@@ -11,7 +11,6 @@
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/rounding_fields.h"
 
-#include <vector>
 
 #if GRADCOMP_HAVE_CUDA
 #include "compressors/cuda_launch.h"
@@ -111,10 +110,9 @@ class Int4Codec final : public BlockCodec {
     // next tile is prefetched as they are drawn, into L2: into L1 it took 7.18 against 6.35 ms per 16M
     // values at 8 bits on the AVX-512 path and 8.04 against 7.82 at 16, 6.12 against 5.63 at 8 bits on
     // AVX2 and even at 16, in alternated rounds (docs/notes.md, twenty-eighth part).
-    thread_local std::vector<uint32_t> words;
     const cpu::RoundingFields u =
         (h.flags & kStochasticRoundingFlag)
-            ? cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count, cpu::PrefetchInto::L2)
+            ? tileRoundingFields(ctx, h.flags, begin, count, x + count, cpu::PrefetchInto::L2)
             : cpu::RoundingFields{};
     cpu::encodeInt4Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize,
                           reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 2, firstBad);

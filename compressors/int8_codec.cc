@@ -8,7 +8,6 @@
 #include "kernels/cpu/block_scale_kernels.h"
 #include "kernels/cpu/rounding_fields.h"
 
-#include <vector>
 
 #if GRADCOMP_HAVE_CUDA
 #include "compressors/cuda_launch.h"
@@ -124,10 +123,8 @@ class Int8Codec final : public BlockCodec {
     // The uniforms stay Philox fields until the codes widen them in registers, as qsgd's
     // (rounding_fields.h); nearest rounding draws none (an empty view). The read-ahead goes into L2
     // (encodeTileChecked says why).
-    thread_local std::vector<uint32_t> words;
     const cpu::RoundingFields u =
-        stochastic_ ? cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, readAhead,
-                                              cpu::PrefetchInto::L2)
+        stochastic_ ? tileRoundingFields(ctx, h.flags, begin, count, readAhead, cpu::PrefetchInto::L2)
                     : cpu::RoundingFields{};
     const uint64_t bad = cpu::encodeInt8Blocks(x, count, h.blockSize, u, scales + begin / h.blockSize, codes, residual);
     if (bad == count) return EncodeResult::kNoIndex;

@@ -92,10 +92,8 @@ class QsgdCodec final : public BlockCodec {
     // uniforms would overfill a 32 KiB L1 (measured with the uniforms as floats, 16 KiB; as fields they
     // are 8 KiB, still over: this tile into L1: 1.47-1.57x memcpy, into L2: 1.30-1.36x, none: 1.70x; the
     // next tile instead of this one: docs/notes.md). The AVX2 path's tiles of 2048 into L1 (tileMultiple).
-    thread_local std::vector<uint32_t> words;
     const cpu::PrefetchInto into = onAvx512Path() ? cpu::PrefetchInto::L2 : cpu::PrefetchInto::L1;
-    const cpu::RoundingFields u =
-        cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count, into);
+    const cpu::RoundingFields u = tileRoundingFields(ctx, h.flags, begin, count, x + count, into);
     // The sums of squares (in double: finite for every finite fp32 block) are the NaN/Inf check.
     thread_local std::vector<double> sums;
     sums.resize(ceilDiv(count, uint64_t{h.blockSize}));
@@ -193,9 +191,7 @@ class TernGradCodec final : public BlockCodec {
     // docs/notes.md), into L2: into L1 it took 8.33 against 7.56 ms per 16M values on the AVX2 path and
     // 6.59 against 6.14 on AVX-512, slower in every alternated round (docs/notes.md, twenty-eighth part;
     // qsgd's tiles of 2048 on AVX2 went the other way, 8.53 against 9.72, and stay in L1).
-    thread_local std::vector<uint32_t> words;
-    const cpu::RoundingFields u =
-        cpu::fillRoundingFields(roundingStream(ctx, h.flags), begin, count, words, x + count, cpu::PrefetchInto::L2);
+    const cpu::RoundingFields u = tileRoundingFields(ctx, h.flags, begin, count, x + count, cpu::PrefetchInto::L2);
     const size_t bad = cpu::encodeTernTilePacked(x, count, h.blockSize, u, maxima + begin / h.blockSize,
                                                  reinterpret_cast<uint8_t*>(payload + sec.offset[1]) + begin / 4);
     return bad == count ? EncodeResult::kNoIndex : bad;

@@ -11,10 +11,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compressors/codec_spec.h"
 #include "compressors/compressor.h"
 #include "core/error.h"
+#include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/rounding_fields.h"
 #include "kernels/scalar/philox.h"
 
 namespace gradcomp {
@@ -69,6 +72,16 @@ inline double symmetricRoundingVarianceBound(uint64_t n, uint32_t blockSize, int
 // The Philox stream of one encode call, its rounding uniforms as the header's flags say.
 inline scalar::RngStream roundingStream(const EncodeContext& ctx, uint32_t flags) {
   return scalar::RngStream::make(ctx.seed, ctx.rank, ctx.step, ctx.tensorId).withRoundingBits(roundingBitsOfFlags(flags));
+}
+
+// The rounding fields of one tile of an encode call, elements [begin, begin + count) of its stream
+// (cpu::fillRoundingFields), with readAhead's lines prefetched `into` as they are drawn. The words live in
+// one per-thread buffer shared by every codec: the view is valid until this thread's next tile, and no
+// encode holds one across tiles.
+inline cpu::RoundingFields tileRoundingFields(const EncodeContext& ctx, uint32_t flags, uint64_t begin, uint64_t count,
+                                              const float* readAhead, cpu::PrefetchInto into) {
+  thread_local std::vector<uint32_t> words;
+  return cpu::fillRoundingFields(roundingStream(ctx, flags), begin, count, words, readAhead, into);
 }
 
 }  // namespace gradcomp
