@@ -24,12 +24,19 @@ PayloadCodec::PayloadCodec(const std::string& codecSpec, const std::string& erro
     : codecSpec_(codecSpec.empty() ? "none" : codecSpec),
       efSpec_(errorFeedbackSpec.empty() ? "none" : errorFeedbackSpec),
       codec_(makeCompressor(codecSpec_)),
+      unrotated_(codec_->rotationBlock() ? makeCompressor(codec_->spec().without({"rotate", "rblock"})) : nullptr),
+      active_(codec_.get()),
       ef_(ErrorFeedback::make(efSpec_)),
       raw_(codec_->id() == CodecId::None && ef_->name() == "none") {}
 
+PayloadCodec::RotatedDomain::RotatedDomain(PayloadCodec& codec) : codec_(codec) {
+  GRADCOMP_CHECK_ARG(codec.unrotated_, "codec '", codec.codecSpec_, "' does not rotate: no rotated domain to sum in");
+  codec.active_ = codec.unrotated_.get();
+}
+
 size_t PayloadCodec::encode(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx) {
   const auto t0 = std::chrono::steady_clock::now();
-  const CompressOutcome out = ef_->compress(*codec_, x, wire, ctx);
+  const CompressOutcome out = ef_->compress(*active_, x, wire, ctx);
   cost_.encodeSeconds += secondsSince(t0);
   cost_.saturated += out.encoded.saturated;
   cost_.skipped += out.skipped ? 1 : 0;
@@ -40,7 +47,7 @@ size_t PayloadCodec::encode(std::span<const float> x, std::span<std::byte> wire,
 size_t PayloadCodec::encodeSlice(std::span<const float> x, std::span<std::byte> wire, const EncodeContext& ctx,
                                  size_t offset, size_t fullLength) {
   const auto t0 = std::chrono::steady_clock::now();
-  const CompressOutcome out = ef_->compressSlice(*codec_, x, wire, ctx, offset, fullLength);
+  const CompressOutcome out = ef_->compressSlice(*active_, x, wire, ctx, offset, fullLength);
   cost_.encodeSeconds += secondsSince(t0);
   cost_.saturated += out.encoded.saturated;
   cost_.skipped += out.skipped ? 1 : 0;
@@ -57,7 +64,7 @@ uint64_t chunkSeed(uint64_t seed, size_t segment, size_t chunk) {
 
 void PayloadCodec::decode(std::span<const std::byte> wire, std::span<float> out, DecodeMode mode) {
   const auto t0 = std::chrono::steady_clock::now();
-  codec_->decode(wire, out, mode);
+  active_->decode(wire, out, mode);
   cost_.decodeSeconds += secondsSince(t0);
 }
 

@@ -48,7 +48,23 @@ class PayloadCodec {
   // codec none with no error feedback: the algorithms move raw fp32 instead of wire buffers.
   bool raw() const { return raw_; }
 
-  size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*codec_, n, ctx); }
+  // rotate=hadamard codecs: the rotation's block (Compressor::rotationBlock), 0 for the others.
+  uint64_t rotationBlock() const { return codec_->rotationBlock(); }
+  // While one is open, encodes, decodes and maxBytes go through the codec less its rotation: for an
+  // algorithm that rotates the whole tensor itself and sums in the rotated domain (the compressed ring,
+  // collectives/ring_allreduce.cc). The error feedback is the same object either way.
+  class RotatedDomain {
+   public:
+    explicit RotatedDomain(PayloadCodec& codec);
+    ~RotatedDomain() { codec_.active_ = codec_.codec_.get(); }
+    RotatedDomain(const RotatedDomain&) = delete;
+    RotatedDomain& operator=(const RotatedDomain&) = delete;
+
+   private:
+    PayloadCodec& codec_;
+  };
+
+  size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*active_, n, ctx); }
   // The first step past the error feedback's warm-up (DGC's first steps send up to a quarter of each
   // tensor): every later step sends as much. The cost model sizes and times this step.
   EncodeContext steadyStep(uint64_t seed = 0) const {
@@ -69,6 +85,8 @@ class PayloadCodec {
  private:
   std::string codecSpec_, efSpec_;
   std::unique_ptr<Compressor> codec_;
+  std::unique_ptr<Compressor> unrotated_;  // rotate=hadamard codecs: the same codec without the rotation
+  const Compressor* active_;               // codec_, or unrotated_ inside a RotatedDomain
   std::unique_ptr<ErrorFeedback> ef_;
   bool raw_;
   CodecCost cost_;

@@ -12,8 +12,9 @@
 // Orthogonalization is Gram-Schmidt with an epsilon (col /= ||col|| + eps), as torch's hook for rank <= 2;
 // for rank > 2 torch uses a QR factorization, whose columns differ from Gram-Schmidt's by signs only, and
 // P Q^T does not change with them. Left uncompressed (a plain ring sum, no residual): a vector (rows 0),
-// a matrix with one row or column, one that would not shrink by `min_compression` ((rows + cols) x r x
-// min_compression > rows x cols, torch's _should_compress), and every tensor before step `start_iter`.
+// a matrix with one row or column, one that would not shrink by more than `min_compression` ((rows + cols)
+// x r x min_compression >= rows x cols: torch's _should_compress compresses only where the product is
+// strictly below), and every tensor before step `start_iter`.
 // Bytes per rank: 2 (W-1)/W x 4 x (rows + cols) x r (the codec's size instead of 4 for fp16 / bf16).
 //
 // A CUDA buffer (ExecContext::device Cuda) over a host transport is summed where it lives: M, the residual,
@@ -117,7 +118,7 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
       const uint64_t rows = m.rows, cols = rows ? m.count / rows : 0;
       const uint64_t r = std::min({options_.rank, rows, cols});
       const bool compress = rows > 1 && cols > 1 && op.step >= options_.startIter &&
-                            static_cast<double>((rows + cols) * r) * options_.minCompression <=
+                            static_cast<double>((rows + cols) * r) * options_.minCompression <
                                 static_cast<double>(rows * cols);
       if (!compress) {
         exact.push_back(m);
@@ -196,7 +197,7 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     uint64_t factors = 0, exact = 0;
     for (const MatrixSegment& m : modelled(n)) {
       const uint64_t rows = m.rows, cols = rows ? m.count / rows : 0, r = std::min({options_.rank, rows, cols});
-      if (rows > 1 && cols > 1 && static_cast<double>((rows + cols) * r) * options_.minCompression <= static_cast<double>(rows * cols))
+      if (rows > 1 && cols > 1 && static_cast<double>((rows + cols) * r) * options_.minCompression < static_cast<double>(rows * cols))
         factors += (rows + cols) * r;
       else
         exact += m.count;

@@ -2,11 +2,26 @@
 // in pipelined chunks; with a codec it is the compressed ring of CGX: every reduce-scatter hop encodes
 // the partial sum, the receiver decodes and accumulates in fp32 (never re-quantizing a sum it adds to),
 // and each reduced segment is encoded once and forwarded unchanged in the all-gather.
+//
+// A codec with rotate=hadamard is summed in the rotated domain: every rank rotates its whole tensor once
+// (y = H D x / sqrt(b), D keyed by seed, step and tensor, the same on every rank), the ring runs the
+// codec less its rotation on y, and the sum is rotated back once at the end. The rotation is linear and
+// shared, so the rotated sum is the sum's rotation; each hop then skips the two transforms the rotated
+// codec would make per encoded chunk and per decode (collectives/README.md has the error feedback).
+#include <bit>
+#include <chrono>
+#include <cmath>
+
 #include "collectives/algorithm_registry.h"
 #include "collectives/ring_primitives.h"
+#include "kernels/cpu/hadamard_rotation.h"
 
 namespace gradcomp {
 namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 class RingAllreduce final : public AllreduceAlgorithm {
  public:
@@ -22,10 +37,53 @@ class RingAllreduce final : public AllreduceAlgorithm {
     if (payload_.raw()) {
       ringReduceScatterRaw(rc, data, config_.chunkBytes);
       ringAllgatherRaw(rc, data, config_.chunkBytes);
+    } else if (payload_.rotationBlock()) {
+      sumInRotatedDomain(rc, data);
     } else {
       ringReduceScatterCoded(rc, data, payload_, config_.chunkBytes);
       ringAllgatherCoded(rc, data, payload_, config_.chunkBytes);
     }
+  }
+
+  // The compressed ring on the rotated tensor. Error feedback (none or ef: the ring takes only sliceable
+  // policies) keeps its residual in the original domain between calls, as the rotated codec's does: the
+  // residual is added to the gradient before the rotation (the hops' encodes then add zeros: the same
+  // sum a hop would form, in another order), the hops' encodes leave theirs in the rotated domain, and
+  // that residual is rotated back once after the ring, as the sum is. The rotation's prescale 1 / b
+  // keeps every partial sum of the butterflies within the input's magnitude (no rank's choice to agree
+  // on, unlike the codec's own power of two); 2^-13 at most, exact above fp32's subnormals.
+  void sumInRotatedDomain(const RingContext& rc, std::span<float> data) {
+    const uint64_t n = data.size(), b = payload_.rotationBlock();
+    const int log2b = std::countr_zero(b);
+    const float down = std::ldexp(1.0f, -log2b), up = std::ldexp(1.0f, log2b);
+    const scalar::RotationKey key{config_.seed, rc.step, rc.tensorId};
+    CodecCost& cost = payload_.cost();
+    ErrorFeedback& ef = payload_.errorFeedback();
+    auto t0 = std::chrono::steady_clock::now();
+    const std::span<float> carried = ef.sliceResidual(rc.tensorId);
+    if (carried.size() == n)  // another length: compressSlice's shape rule decides, as without rotation
+      for (uint64_t i = 0; i < n; ++i) {  // one pass: moved into the gradient, cleared
+        data[i] += carried[i];
+        carried[i] = 0.0f;
+      }
+    cpu::rotateForward(data.data(), data.data(), n, b, key, down);
+    cost.encodeSeconds += secondsSince(t0);
+    const auto rotateResidualBack = [&] {
+      const std::span<float> residual = ef.sliceResidual(rc.tensorId);
+      if (residual.size() == n) cpu::rotateInverse(residual.data(), residual.data(), n, b, key, up);
+    };
+    try {
+      const PayloadCodec::RotatedDomain rotated(payload_);
+      ringReduceScatterCoded(rc, data, payload_, config_.chunkBytes);
+      ringAllgatherCoded(rc, data, payload_, config_.chunkBytes);
+    } catch (...) {
+      rotateResidualBack();  // the hops' residuals so far, back where the next call expects them
+      throw;
+    }
+    t0 = std::chrono::steady_clock::now();
+    rotateResidualBack();
+    cpu::rotateInverse(data.data(), data.data(), n, b, key, up);
+    cost.decodeSeconds += secondsSince(t0);
   }
 
   double predictSeconds(size_t n, int ranks, int ranksPerNode, const LinkModel& links) const override {

@@ -153,6 +153,7 @@ class BlockCodec : public Compressor {
                                       std::span<float> residualOut, std::span<std::byte> wire,
                                       const EncodeContext& ctx, const ExecContext& exec) const override;
   void checkHeader(const WireHeader& header) const override;
+  uint64_t rotationBlock() const override { return rotationLog2_ ? uint64_t{1} << rotationLog2_ : 0; }
   void decodeImpl(const WireHeader& header, const std::byte* payload, std::span<float> out, DecodeMode mode,
                   const ExecContext& exec) const override;
   // CUDA: the header and sections above drive the kernels of compressors/cuda_paths.h.

@@ -49,6 +49,13 @@ std::string CodecSpec::toString() const { return withParameters(params_); }
 
 std::string CodecSpec::canonical() const { return withParameters(resolved_); }
 
+std::string CodecSpec::without(const std::set<std::string>& keys) const {
+  std::map<std::string, std::string> kept;
+  for (const auto& [k, v] : params_)
+    if (!keys.count(k)) kept.emplace(k, v);
+  return withParameters(kept);
+}
+
 std::string CodecSpec::withParameters(const std::map<std::string, std::string>& params) const {
   std::string s = name_;
   char sep = ':';

@@ -39,6 +39,8 @@ class CodecSpec {
   void checkAllUsed() const;
 
   void set(const std::string& key, const std::string& value) { params_[key] = value; }
+  // The spec as written, less the parameters in `keys` (a codec's rotation, for its unrotated twin).
+  std::string without(const std::set<std::string>& keys) const;
 
  private:
   std::string withParameters(const std::map<std::string, std::string>& params) const;  // name:k=v,...

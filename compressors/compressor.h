@@ -85,6 +85,12 @@ class Compressor {
     return 0.0;
   }
 
+  // rotate=hadamard (compressors/block_codec.h): the rotation's block in elements; 0 for a codec that
+  // does not rotate. The rotation is linear and keyed by (seed, step, tensor), never by rank, so the
+  // compressed ring rotates a whole tensor once itself and sums in the rotated domain with the same codec
+  // less its rotation (spec().without({"rotate", "rblock"})): collectives/ring_allreduce.cc.
+  virtual uint64_t rotationBlock() const { return 0; }
+
   // Entries a sparse codec sends for n elements without an override (0 for dense codecs).
   virtual uint64_t sparseEntries(size_t numElements) const {
     (void)numElements;

@@ -217,6 +217,12 @@ std::span<const float> ErrorFeedback::stateBuffer(uint32_t tensorId, int which) 
   return it->second.buffers[static_cast<size_t>(which)];
 }
 
+std::span<float> ErrorFeedback::sliceResidual(uint32_t tensorId) {
+  GRADCOMP_CHECK_ARG(sliceable(), "error feedback '", name_, "' keeps no per-element residual to slice");
+  std::vector<float>* residual = mutableStateBuffer(tensorId, 0);
+  return residual ? std::span<float>(*residual) : std::span<float>();
+}
+
 std::vector<float>* ErrorFeedback::mutableStateBuffer(uint32_t tensorId, int which) {
   const auto it = state_.find(tensorId);
   if (it == state_.end() || which < 0 || which >= numBuffers_) return nullptr;

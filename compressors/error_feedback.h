@@ -79,6 +79,11 @@ class ErrorFeedback {
   CompressOutcome compressSlice(const Compressor& codec, std::span<const float> grad, std::span<std::byte> wire,
                                 const EncodeContext& ctx, size_t offset, size_t fullLength);
   virtual bool sliceable() const { return false; }
+  // A sliceable policy's residual of one tensor, writable; empty for `none` and for a tensor without
+  // state. The compressed ring's rotated domain moves it into the gradient before the all-reduce and
+  // rotates the hops' residuals back after it (collectives/ring_allreduce.cc). Throws InvalidArgument for
+  // a policy that is not sliceable.
+  std::span<float> sliceResidual(uint32_t tensorId);
 
   // Turns the all-reduced decoded payloads into the update the optimizer applies (identity except
   // for ef21, which adds them to its shared estimate and returns that).

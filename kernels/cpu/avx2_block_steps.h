@@ -110,6 +110,25 @@ inline void storeNibbleBytes64(__m256i b0, __m256i b1, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(lo, hi));
 }
 
+// 32 int32 codes (8 in each of a..d) narrowed to bytes with signed saturation: two in-lane packs of pairs
+// and one more, which leave the bytes in lane order (codes 0-3 of a, b, c, d, then 4-7 of each).
+inline __m256i packedCodeBytes32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  return _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+}
+
+// packedCodeBytes32's bytes stored in element order: a dword permute.
+inline void storeCodeBytes32(__m256i bytes, int8_t* out) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, order));
+}
+
+// int8's codes of 32 rounded values (8 in each of a..d, any int32) clamped to [-127, 127] and stored in
+// element order: the packs saturate to [-128, 127] and one byte maximum lifts -128, where a clamp per
+// 8-lane vector takes two (int8 stochastic encode, docs/notes.md twenty-fifth part).
+inline void storeInt8CodeBytes32(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* out) {
+  storeCodeBytes32(_mm256_max_epi8(packedCodeBytes32(a, b, c, d), _mm256_set1_epi8(-127)), out);
+}
+
 // 64 codes of 4 bits (c[v] holds codes 8v .. 8v + 7, one per 32-bit lane, each at most 0xf) to 32 bytes
 // at out, in 14 instructions where four storeNibbles16 take 36: the codes narrowed to bytes by three packs
 // (in-lane: lane 0 of the bytes holds codes 0-3 of c[0..3], lane 1 codes 4-7), then storeNibbleBytes64.

@@ -324,18 +324,6 @@ static inline __m256 uniforms8(const RoundingFields& u, size_t i) {
   return uniformsOfFields8<kBits>(u.bytesAt(i));
 }
 
-// 32 int32 codes (8 in each of a..d) narrowed to bytes with signed saturation: two in-lane packs of pairs
-// and one more, which leave the bytes in lane order (codes 0-3 of a, b, c, d, then 4-7 of each).
-static inline __m256i packedCodeBytes32(__m256i a, __m256i b, __m256i c, __m256i d) {
-  return _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-}
-
-// packedCodeBytes32's bytes stored in element order: a dword permute.
-static inline void storeCodeBytes32(__m256i bytes, int8_t* out) {
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, order));
-}
-
 // A block's codes (and residual) for its scale on the AVX2 path: 8 lanes at a time, the scalar rule for
 // the tail. kFinite: the block holds no NaN/Inf (every caller but encodeSymmetricIntBlock without its
 // nonFinite check has made sure), so its scaled values are in range for the byte-domain clamp below.
@@ -368,7 +356,6 @@ static void symmetricIntCodesAvx2OfWidth(const float* x, size_t n, float scale, 
     // rounded values lie in [-128, 128] (|x s| is at most a few ulps above 127, blockScaleFor, plus a
     // uniform in (0, 1)), the packs saturate 128 to 127, and a byte maximum takes -128 to -127: the codes
     // of the clamp then the conversion (int8 stochastic encode: docs/notes.md, twenty-fifth part).
-    const __m256i lowest = _mm256_set1_epi8(-127);
     const auto rounded = [&](size_t i) {
       const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + i), vScale);
       if constexpr (kBits != 0) return _mm256_cvtps_epi32(stochasticRounded(scaled, uniforms8<kBits>(uniforms, i)));
@@ -376,7 +363,7 @@ static void symmetricIntCodesAvx2OfWidth(const float* x, size_t n, float scale, 
     };
     for (; i0 + 32 <= n; i0 += 32) {
       const __m256i a = rounded(i0), b = rounded(i0 + 8), c = rounded(i0 + 16), d = rounded(i0 + 24);
-      storeCodeBytes32(_mm256_max_epi8(packedCodeBytes32(a, b, c, d), lowest), codes + i0);
+      storeInt8CodeBytes32(a, b, c, d, codes + i0);
     }
   }
   for (; i0 + 32 <= n; i0 += 32) {

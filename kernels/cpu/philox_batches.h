@@ -1,6 +1,6 @@
 // Philox4x32-10 on vector lanes: 8 (AVX2) or 16 (AVX-512) consecutive calls of one stream at a time, each
 // lane's four words equal to scalar::RngStream::block's, and their words stored in stream order. Used
-// where many calls are needed at once: the stochastic rounding uniforms (block_scale_kernels.cc) and the
+// where many calls are needed at once: the stochastic rounding fields (rounding_fields.cc) and the
 // rotation's signs (hadamard_rotation.cc). Compiled for the -march of the file that includes it (these
 // are not run-time dispatched), after that file's <immintrin.h>.
 #pragma once

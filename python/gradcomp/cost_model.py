@@ -18,9 +18,10 @@ from typing import Iterable, Sequence
 from . import _C
 from ._codec import Codec
 
-# What the codec-bound diagnosis compares: none, the two cheap dense casts, the 8- and 4-bit block
-# quantizers, 1-bit sign and 1 % top-k (the lossy ones with error feedback).
-CANDIDATE_CODECS = ("none", "bf16", "int8", "int4", "sign", "topk:ratio=0.01")
+# What the codec-bound diagnosis compares: none, the cheap dense cast, the 8- and 4-bit block quantizers,
+# the 4-bit block-scaled float formats (OCP MXFP4, NVFP4), 1-bit sign and 1 % top-k (the lossy ones with
+# error feedback).
+CANDIDATE_CODECS = ("none", "bf16", "int8", "int4", "mxfp4", "nvfp4", "sign", "topk:ratio=0.01")
 
 _speeds: dict[tuple[str, str], tuple[float, float]] = {}
 

@@ -114,6 +114,8 @@ TEST(PowerSgd, LeavesVectorsSmallMatricesAndEarlyStepsExact) {
   for (const Case& k : {Case{"rank=1", 0, 100, 0},             // a vector
                         Case{"rank=4", 1, 100, 0},             // one row
                         Case{"rank=4,min_compression=2", 8, 8, 0},  // 8 x 8 at rank 4 would not shrink 2x
+                        // (4 + 4) x 1 x 2 = 16 = 4 x 4: torch's _should_compress asks for strictly less
+                        Case{"rank=1,min_compression=2", 4, 4, 0},
                         Case{"rank=1,start_iter=5", 30, 30, 4}}) {   // before start_iter
     SCOPED_TRACE(k.lowRank);
     const uint64_t n = (k.rows ? k.rows : 1) * k.cols;
@@ -125,6 +127,24 @@ TEST(PowerSgd, LeavesVectorsSmallMatricesAndEarlyStepsExact) {
     }
     for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[0][0][i], want[i], 1e-6f * (1 + std::fabs(want[i]))) << i;
   }
+}
+
+// Just past that boundary ((4 + 4) x 1 x 1.99 < 16) the 4 x 4 matrix is compressed: its rank-1
+// approximation of the sum is not the exact sum.
+TEST(PowerSgd, CompressesAMatrixStrictlyPastMinCompression) {
+  const int ranks = 2;
+  const auto got = runSteps(powerSgd("rank=1,min_compression=1.99"), ranks, 4, 4, 1, 0);
+  std::vector<float> want(16, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const auto g = testing::normalVector(16, 1000 * static_cast<uint32_t>(r));
+    for (size_t i = 0; i < 16; ++i) want[i] += g[i];
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    diff += (got[0][0][i] - want[i]) * double(got[0][0][i] - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  EXPECT_GT(diff, 1e-3 * norm);
 }
 
 TEST(PowerSgd, SendsTwoRingsOfTheFactorsAndFp16HalvesThem) {

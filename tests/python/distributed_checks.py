@@ -590,6 +590,35 @@ def powersgd_hook_resumes_bitwise_on_a_new_ddp_instance_with_other_buckets(rank,
 
 
 @check(2)
+def powersgd_hook_factors_in_fp16_and_bf16_halve_their_bytes_and_stay_close(rank, group):
+    # factors="fp16" / "bf16": P and Q all-reduced in that type, widened back before the orthogonalization.
+    # On the same data the gradients stay within the type's rounding of the fp32 run's, and the factor
+    # bytes halve; a state saved without the option loads as fp32, one saved with another does not.
+    data = batches(rank, 4)
+    runs, stats = {}, {}
+    for factors in ("fp32", "fp16", "bf16"):
+        ddp, state = powersgd_hooked(group, rank=2, start_iter=1, factors=factors)
+        runs[factors], _ = train(ddp, data, record_grads=True)
+        stats[factors] = dict(state.last_stats)
+        for step, g in enumerate(runs[factors]):
+            expect(same_on_all_ranks(g, group), f"powersgd factors={factors} step {step}: ranks differ")
+    for factors, bound in (("fp16", 5e-3), ("bf16", 5e-2)):
+        for step in range(1, 4):
+            a, b = runs[factors][step], runs["fp32"][step]
+            rel = float((a - b).norm() / b.norm())
+            expect(0 < rel < bound, f"powersgd factors={factors} step {step}: {rel:.2e} from fp32 (bound {bound})")
+        expect(stats[factors]["factor_bytes"] * 2 == stats["fp32"]["factor_bytes"] > 0,
+               f"factor bytes {factors} {stats[factors]} against fp32 {stats['fp32']}")
+    _, state = powersgd_hooked(group, rank=2, start_iter=1, factors="fp16")
+    saved = state.state_dict()
+    old = {**saved, "config": {k: v for k, v in saved["config"].items() if k != "factors"}}
+    _, fp32_state = powersgd_hooked(group, rank=2, start_iter=1)
+    fp32_state.load_state_dict(old)  # a state from before the option: fp32 factors
+    rejected(lambda: state.load_state_dict(old), "factors: saved 'fp32', now 'fp16'", "an fp32 state into fp16")
+    rejected(lambda: gt.PowerSGDState(None, factors="fp8"), "factors must be one of", "factors='fp8'")
+
+
+@check(2)
 def tiny_bucket_cap_rebuilds_buckets_and_stays_exact(rank, group):
     data = batches(rank, 4)
     ref, _ = train(ddp_of(make_net(), group), data, record_grads=True)

@@ -109,9 +109,32 @@ def test_e8m0_scales_are_the_ocp_shared_exponent():
     want = np.float32(2.0) ** np.maximum(-127, np.floor(np.log2(amax)) - 8).astype(np.float32)
     want_codes = want.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
     np.testing.assert_array_equal(scale_bytes(codec, x), want_codes)
-    # And every code the decoder accepts is E8M0's value: 2^(code - 127).
-    assert np.all(np.arange(255, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64) ==
-                  2.0 ** (np.arange(255) - 127))
+
+
+def test_every_e8m0_scale_code_decodes_to_its_ml_dtypes_value():
+    """gradcomp's decoder against ml_dtypes' E8M0: one mxfp8 block holding 256 and 1.0 (scale code 127,
+    elements 256 and 1.0), its scale byte set to every code. An accepted code scales the elements by
+    exactly E8M0's value (2^-127 .. 2^127, subnormal fp32 outputs included); the decoder may refuse only
+    NaN (255) and the codes at which the format's largest element (448) times the scale is not finite."""
+    codec = gradcomp.Codec("mxfp8")
+    x = np.zeros(BLOCK, dtype=np.float32)
+    x[0], x[1] = 256.0, 1.0
+    wire = codec.encode(x).wire.copy()
+    assert wire[48] == 127  # floor(log2 256) - 8 = 0
+    accepted = []
+    for code in range(256):
+        wire[48] = code
+        scale = np.uint8(code).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+        try:
+            got = codec.decode(wire)
+        except gradcomp.DecodeError:
+            assert code == 255 or 448.0 * scale > np.finfo(np.float32).max, f"scale code {code} refused"
+            continue
+        accepted.append(code)
+        assert got[1] == np.float32(scale) and got[0] == np.float32(256.0 * scale), f"scale code {code}"
+        assert not np.any(got[2:]), f"scale code {code}"
+    assert accepted[:246] == list(range(246))  # 448 x 2^118 is finite: every code up to 245 decodes
+    assert 255 not in accepted
 
 
 @pytest.mark.parametrize("spec", ELEMENTS)

@@ -8,10 +8,13 @@ The math is the one gradcomp's C++ `powersgd` all-reduce runs and torch's powerS
 equal in tests/python/test_powersgd.py): per parameter viewed as shape[0] x rest, M = G + E, Q orthogonalized
 (warm start), P = M Q summed over ranks and orthogonalized, Q = M^T P summed and divided by the world size,
 the mean approximation P Q^T written back, E = M - P Q^T. Parameters that are vectors, or would not shrink by
-`min_compression` ((rows + cols) rank x min_compression > rows cols), and every step before `start_iter`,
+`min_compression` ((rows + cols) rank x min_compression >= rows cols), and every step before `start_iter`,
 go as exact fp32 means. A bf16 / fp16 model's gradients are reduced in fp32 (M, P, Q and E) and rounded
 back once; a float64 model is refused. A bucket costs one all-reduce of its exact parameters, one of all its P and one of
-all its Q.
+all its Q. With factors="fp16" or "bf16", P and Q cross the wire in that type (half the bytes): each rank
+rounds its P (and Q) once, the process group sums them in that type (gloo and NCCL add in it), and the sum
+is widened back to fp32 before the orthogonalization; gradcomp's C++ ring with an fp16 / bf16 codec rounds
+per hop and adds in fp32 instead, so the two agree within the type's rounding, not bit for bit.
 
 What it does that torch's hook does not: Q and the residuals are kept by parameter name, so state_dict() /
 load_state_dict() resume bitwise on a new DDP instance even when DDP rebuilds its buckets or
@@ -35,6 +38,7 @@ from ._failed_step import FailedStep
 from .ddp import _value_or_raise
 
 _FORMAT = "gradcomp.powersgd_state/1"
+_FACTOR_TYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _orthogonalize(m: torch.Tensor, epsilon: float) -> None:
@@ -58,16 +62,19 @@ class PowerSGDState:
     module          the DDP model (or the module it wraps): parameter names key Q and the residuals
     rank            the approximation rank r
     start_iter      iterations before this one are exact fp32 all-reduces
-    min_compression a parameter is compressed when rows x cols >= min_compression x (rows + cols) x r
+    min_compression a parameter is compressed when rows x cols > min_compression x (rows + cols) x r (strictly,
+                    as torch's _should_compress)
     epsilon         the orthogonalization's epsilon
     error_feedback  "ef" (the residual M - P Q^T is added to the next gradient) or "none"
+    factors         "fp32" (default), "fp16" or "bf16": the type P and Q are all-reduced in
     seed            the initial Q's seed (shared by all ranks)
     process_group   the group to reduce over (default: the default group)
     timeout         the deadline of every wait on a collective
     """
 
     def __init__(self, module: Optional[torch.nn.Module], *, rank: int = 1, start_iter: int = 0,
-                 min_compression: float = 2.0, epsilon: float = 1e-8, error_feedback: str = "ef", seed: int = 0,
+                 min_compression: float = 2.0, epsilon: float = 1e-8, error_feedback: str = "ef",
+                 factors: str = "fp32", seed: int = 0,
                  process_group: Optional[dist.ProcessGroup] = None,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=5)):
         for name, value, lo in (("rank", rank, 1), ("start_iter", start_iter, 0), ("seed", seed, 0)):
@@ -79,6 +86,9 @@ class PowerSGDState:
             raise _C.InvalidArgument(f"PowerSGDState: epsilon must be in [0, 1], got {epsilon!r}")
         if error_feedback not in ("none", "ef"):
             raise _C.InvalidArgument(f"PowerSGDState: error_feedback must be 'none' or 'ef', got {error_feedback!r}")
+        if factors not in _FACTOR_TYPES:
+            raise _C.InvalidArgument(f"PowerSGDState: factors must be one of {sorted(_FACTOR_TYPES)}, got {factors!r}")
+        self.factors = factors
         self.rank, self.start_iter, self.min_compression = rank, start_iter, float(min_compression)
         self.epsilon, self.error_feedback, self.seed = float(epsilon), error_feedback, seed
         self.process_group, self.timeout = process_group, timeout
@@ -104,8 +114,8 @@ class PowerSGDState:
 
     def config(self) -> dict:
         return {"rank": self.rank, "start_iter": self.start_iter, "min_compression": self.min_compression,
-                "epsilon": self.epsilon, "error_feedback": self.error_feedback, "seed": self.seed,
-                "world_size": dist.get_world_size(self.process_group)}
+                "epsilon": self.epsilon, "error_feedback": self.error_feedback, "factors": self.factors,
+                "seed": self.seed, "world_size": dist.get_world_size(self.process_group)}
 
     def state_dict(self) -> dict:
         return {"format": _FORMAT, "config": self.config(), "iter": self.iter + self._backwards.uncounted,
@@ -116,7 +126,8 @@ class PowerSGDState:
         if sd.get("format") != _FORMAT:
             raise _C.InvalidArgument(f"PowerSGDState.load_state_dict: not a gradcomp PowerSGD state (format "
                                      f"{sd.get('format')!r}, expected {_FORMAT!r})")
-        mine, theirs = self.config(), sd["config"]
+        # A state saved before the factors option existed reduced its factors in fp32.
+        mine, theirs = self.config(), {"factors": "fp32", **sd["config"]}
         diffs = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in mine if theirs.get(k) != mine[k]]
         if diffs:
             raise _C.InvalidArgument("PowerSGDState.load_state_dict: the checkpoint was made with another "
@@ -152,6 +163,16 @@ class PowerSGDState:
         wait_within(work, self.timeout, f"gradcomp powersgd_hook: {what} waited for the peers",
                     f"gradcomp powersgd_hook: {what} failed")
 
+    def _all_reduce_factors(self, x: torch.Tensor, what: str) -> None:
+        """x (fp32) summed over the ranks in place, through the `factors` type on the wire."""
+        dtype = _FACTOR_TYPES[self.factors]
+        if dtype == torch.float32:
+            self._all_reduce(x, what)
+            return
+        narrow = x.to(dtype)
+        self._all_reduce(narrow, what)
+        x.copy_(narrow)
+
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         # counted before the work: a failed step too
         step, self.iter, begins = self._backwards.step(self.iter, bucket.index(), bucket.is_last())
@@ -179,7 +200,7 @@ class PowerSGDState:
             x.div_(world)
             if x is not buffer:
                 buffer.copy_(x)
-            self.last_stats = {"step": step, "compressed": 0, "elements_sent": buffer.numel()}
+            self.last_stats = {"step": step, "compressed": 0, "elements_sent": buffer.numel(), "factor_bytes": 0}
             return buffer
         exact, parts = [], []
         for grad, param in zip(bucket.gradients(), bucket.parameters()):
@@ -190,7 +211,7 @@ class PowerSGDState:
             rows = grad.shape[0] if grad.dim() >= 2 else 0
             cols = grad.numel() // rows if rows else 0
             r = min(self.rank, rows, cols)
-            if rows > 1 and cols > 1 and (rows + cols) * r * self.min_compression <= rows * cols:
+            if rows > 1 and cols > 1 and (rows + cols) * r * self.min_compression < rows * cols:
                 parts.append((name, grad, rows, cols, r))
             else:
                 exact.append(grad)
@@ -217,14 +238,14 @@ class PowerSGDState:
                 qs.append(q)
                 ps.append(m @ q)
             p_all = torch.cat([p.reshape(-1) for p in ps])
-            self._all_reduce(p_all, "the all-reduce of P")
+            self._all_reduce_factors(p_all, "the all-reduce of P")
             at = 0
             for i, p in enumerate(ps):
                 ps[i] = p_all[at:at + p.numel()].view_as(p)
                 at += p.numel()
                 _orthogonalize(ps[i], self.epsilon)
             q_all = torch.cat([(m.T @ p).reshape(-1) for m, p in zip(ms, ps)])
-            self._all_reduce(q_all, "the all-reduce of Q")
+            self._all_reduce_factors(q_all, "the all-reduce of Q")
             q_all.div_(world)
             at = 0
             for (name, grad, rows, cols, r), m, p in zip(parts, ms, ps):
@@ -235,9 +256,10 @@ class PowerSGDState:
                 self.q[name] = q.clone()
                 if self.error_feedback == "ef":
                     self.residuals[name] = m - approx
+        factor_elements = sum((rows + cols) * r for _, _, rows, cols, r in parts)
         self.last_stats = {"step": step, "compressed": len(parts),
-                           "elements_sent": sum(g.numel() for g in exact) +
-                           sum((rows + cols) * r for _, _, rows, cols, r in parts)}
+                           "elements_sent": sum(g.numel() for g in exact) + factor_elements,
+                           "factor_bytes": factor_elements * _FACTOR_TYPES[self.factors].itemsize}
         return buffer
 
 
