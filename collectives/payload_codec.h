@@ -65,6 +65,10 @@ class PayloadCodec {
   };
 
   size_t maxBytes(size_t n, const EncodeContext& ctx) const { return ef_->maxEncodedBytes(*active_, n, ctx); }
+  // maxBytes inside a RotatedDomain (the compressed ring's hops), from outside one: the cost model's.
+  size_t maxHopBytes(size_t n, const EncodeContext& ctx) const {
+    return ef_->maxEncodedBytes(unrotated_ ? *unrotated_ : *codec_, n, ctx);
+  }
   // The first step past the error feedback's warm-up (DGC's first steps send up to a quarter of each
   // tensor): every later step sends as much. The cost model sizes and times this step.
   EncodeContext steadyStep(uint64_t seed = 0) const {

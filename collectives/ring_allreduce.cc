@@ -71,6 +71,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
     const auto rotateResidualBack = [&] {
       const std::span<float> residual = ef.sliceResidual(rc.tensorId);
       if (residual.size() == n) cpu::rotateInverse(residual.data(), residual.data(), n, b, key, up);
+      ef.enforceResidualLimit(rc.tensorId, rc.step);  // `limit` holds in the original domain
     };
     try {
       const PayloadCodec::RotatedDomain rotated(payload_);
@@ -90,7 +91,10 @@ class RingAllreduce final : public AllreduceAlgorithm {
     if (ranks <= 1) return 0;
     const LinkSpec& l = ranksPerNode < ranks ? links.inter : links.intra;
     const size_t segment = (n + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
-    return 2.0 * (ranks - 1) * l.seconds(encodedBytes(payload_, segment));
+    // A rotated codec's hops carry the codec without its rotation (sumInRotatedDomain).
+    const size_t bytes = payload_.raw() ? segment * sizeof(float)
+                                        : payload_.maxHopBytes(segment, payload_.steadyStep());
+    return 2.0 * (ranks - 1) * l.seconds(bytes);
   }
   // Every rank encodes each segment once (P-1 hops + its all-gather segment) and decodes P-1 hop
   // payloads and P-1 all-gather payloads plus its own.

@@ -223,6 +223,16 @@ std::span<float> ErrorFeedback::sliceResidual(uint32_t tensorId) {
   return residual ? std::span<float>(*residual) : std::span<float>();
 }
 
+bool ErrorFeedback::enforceResidualLimit(uint32_t tensorId, uint32_t step) {
+  std::vector<float>* residual = mutableStateBuffer(tensorId, 0);
+  if (!residual || !overLimit(*residual)) return false;
+  warn(detail::concat("error feedback '", name_, "': tensor ", tensorId, " state exceeded |x| <= ", limit_, " at step ",
+                      step, " (after the all-reduce's rotated domain); reset to zero"));
+  std::fill(residual->begin(), residual->end(), 0.0f);
+  ++resets_;
+  return true;
+}
+
 std::vector<float>* ErrorFeedback::mutableStateBuffer(uint32_t tensorId, int which) {
   const auto it = state_.find(tensorId);
   if (it == state_.end() || which < 0 || which >= numBuffers_) return nullptr;

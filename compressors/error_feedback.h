@@ -84,6 +84,11 @@ class ErrorFeedback {
   // rotates the hops' residuals back after it (collectives/ring_allreduce.cc). Throws InvalidArgument for
   // a policy that is not sliceable.
   std::span<float> sliceResidual(uint32_t tensorId);
+  // compressSlice's limit rule applied to a tensor's whole residual where its slices were written in
+  // another domain and moved back afterwards (the ring's rotated domain: a rotated residual's magnitudes
+  // are not the original's, so the check at each slice does not bound these): a residual that is
+  // non-finite or past `limit` is reset to zero with a warning. Returns whether it was.
+  bool enforceResidualLimit(uint32_t tensorId, uint32_t step);
 
   // Turns the all-reduced decoded payloads into the update the optimizer applies (identity except
   // for ef21, which adds them to its shared estimate and returns that).

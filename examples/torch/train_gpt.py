@@ -241,8 +241,8 @@ def powersgd_payload_elements(model: nn.Module, rank: int, min_compression_rate:
             total += p.numel()
             continue
         n, m = p.shape[0], p.numel() // p.shape[0]
-        compressed = rank * (n + m)
-        total += compressed if p.numel() >= min_compression_rate * compressed else p.numel()
+        compressed = min(rank, n, m) * (n + m)  # the hook caps the rank at the matrix's sides
+        total += compressed if min_compression_rate * compressed < p.numel() else p.numel()
     return total
 
 

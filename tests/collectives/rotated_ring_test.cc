@@ -144,10 +144,71 @@ TEST(RotatedRingErrorFeedback, TheDomainEndsWithTheCall) {
       EXPECT_EQ(algo->payload().maxBytes(2000, ctx), plain->maxEncodedBytes(2000, ctx));
     }
     algo->run(second[r], comm, call);
-    EXPECT_EQ(algo->payload().codec().rotationBlock(), 256u);
   });
   EXPECT_EQ(std::memcmp(first[0].data(), second[0].data(), 2000 * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(first[0].data(), first[1].data(), 2000 * sizeof(float)), 0);
+}
+
+// ef's `limit` bounds the residual in the original domain: a rotated residual is about 1/b of it here
+// (prescale 1/b), so the check at each hop would pass one the limit must reset. int4 on N(0, 1) leaves
+// residuals up to about a quarter; with limit=0.05 they are reset after the call, with a warning.
+TEST(RotatedRingErrorFeedback, TheLimitHoldsInTheOriginalDomain) {
+  std::vector<uint64_t> resets(2);
+  std::vector<float> largest(2, -1.0f);
+  std::vector<std::string> warnings(2);
+  testing::runRanksOk(2, [&](Communicator& comm) {
+    auto algo = AllreduceAlgorithm::make(ringOf("int4:rotate=hadamard", "ef:limit=0.05"));
+    const size_t r = static_cast<size_t>(comm.rank());
+    algo->errorFeedback().setWarningSink([&, r](const std::string& w) { warnings[r] = w; });
+    auto x = normalInput(comm.rank(), 4096);
+    AllreduceCall call;
+    call.tensorId = kTensor;
+    algo->run(x, comm, call);
+    resets[r] = algo->errorFeedback().resets();
+    largest[r] = 0.0f;
+    for (float e : algo->errorFeedback().stateBuffer(kTensor, 0)) largest[r] = std::max(largest[r], std::abs(e));
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_GE(resets[r], 1u) << "rank " << r;
+    EXPECT_LE(largest[r], 0.05f) << "rank " << r;
+    EXPECT_NE(warnings[r].find("state exceeded |x| <= 0.05"), std::string::npos) << warnings[r];
+  }
+}
+
+// A hop whose payload is corrupted fails the all-reduce on the rank that decodes it; that rank's codec
+// leaves the rotated domain and its residual (the hops encoded so far) is back in the original domain,
+// where int4's error on N(0, 1) values is tenths, not the thousandths of the rotated domain's 1 / b scale.
+TEST(RotatedRingErrorFeedback, AFailedAllReduceLeavesTheDomainAndRotatesTheResidualBack) {
+  std::vector<size_t> maxBytes(2, 0);
+  std::vector<float> largest(2, -1.0f);
+  const auto errors = runInProcess(2, [&](Communicator& inner) {
+    testing::FaultyCommunicator comm(inner, [&](std::vector<std::byte>& m, int, Tag tag) {
+      if (inner.rank() == 1 && (tag & 0xFF) != 0 && m.size() >= 64) m[20] ^= std::byte{0x40};  // a hop's header
+    });
+    auto algo = AllreduceAlgorithm::make(ringOf("int4:rotate=hadamard", "ef"));
+    auto x = normalInput(comm.rank(), 8192);
+    AllreduceCall call;
+    call.tensorId = kTensor;
+    const size_t r = static_cast<size_t>(comm.rank());
+    try {
+      algo->run(x, comm, call);
+    } catch (...) {
+      maxBytes[r] = algo->payload().maxBytes(8192, EncodeContext{});
+      for (float e : algo->errorFeedback().stateBuffer(kTensor, 0)) largest[r] = std::max(largest[r], std::abs(e));
+      throw;
+    }
+  }, testing::withTimeout(2));
+  ASSERT_TRUE(errors[0] && testing::isA<DecodeError>(errors[0])) << testing::messageOf(errors[0]);
+  EXPECT_EQ(maxBytes[0], makeCompressor("int4:rotate=hadamard")->maxEncodedBytes(8192, EncodeContext{}));
+  EXPECT_GT(largest[0], 0.05f);  // rank 0 encoded its first hop's segment before the bad payload came
+}
+
+// The cost model sizes the hops as they go: the codec without its rotation section.
+TEST(RotatedRingErrorFeedback, TheModelSizesTheHopsWithoutTheRotationSection) {
+  const LinkModel links = LinkModel::parse("inter=1GB/0us");
+  const auto rotated = AllreduceAlgorithm::make(ringOf("int4:rotate=hadamard")),
+             plain = AllreduceAlgorithm::make(ringOf("int4"));
+  EXPECT_EQ(rotated->predictSeconds(1 << 20, 4, 1, links), plain->predictSeconds(1 << 20, 4, 1, links));
 }
 
 TEST(RotatedRingErrorFeedback, OnlyARotatedCodecHasARotatedDomain) {

@@ -609,7 +609,26 @@ def powersgd_hook_factors_in_fp16_and_bf16_halve_their_bytes_and_stay_close(rank
             expect(0 < rel < bound, f"powersgd factors={factors} step {step}: {rel:.2e} from fp32 (bound {bound})")
         expect(stats[factors]["factor_bytes"] * 2 == stats["fp32"]["factor_bytes"] > 0,
                f"factor bytes {factors} {stats[factors]} against fp32 {stats['fp32']}")
-    _, state = powersgd_hooked(group, rank=2, start_iter=1, factors="fp16")
+    # A gradient whose factors pass fp16's 65504 even divided by the world size: NonFiniteError on every
+    # rank, and neither Q nor a residual written by the refused step.
+    ddp, state = powersgd_hooked(group, rank=2, start_iter=1, factors="fp16")
+    train(ddp, data[:2])
+    before = state.state_dict()
+    x, y = data[2]
+
+    def overflowing_step():
+        ddp.zero_grad()
+        h = ddp.module.fc1.weight.register_hook(lambda g: g * 1e9)
+        try:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        finally:
+            h.remove()
+
+    msg = raises_on_every_rank(overflowing_step, gradcomp.NonFiniteError, group)
+    expect("overflowed fp16" in msg, msg)
+    after = state.state_dict()
+    for k in ("q", "residuals"):
+        expect(all(torch.equal(before[k][n], after[k][n]) for n in before[k]), f"fp16 factors: {k} changed by the refused step")
     saved = state.state_dict()
     old = {**saved, "config": {k: v for k, v in saved["config"].items() if k != "factors"}}
     _, fp32_state = powersgd_hooked(group, rank=2, start_iter=1)

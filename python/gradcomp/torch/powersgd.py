@@ -148,7 +148,7 @@ class PowerSGDState:
         return s
 
     def __setstate__(self, s: dict) -> None:
-        self.__dict__.update(s)
+        self.__dict__.update({"factors": "fp32", **s})  # pickled before the option: fp32 factors
         self.process_group, self._names, self._failed_step, self._backwards = None, {}, FailedStep(), Backwards()
 
     def _initial_q(self, name: str, cols: int, r: int, device) -> torch.Tensor:
@@ -163,15 +163,22 @@ class PowerSGDState:
         wait_within(work, self.timeout, f"gradcomp powersgd_hook: {what} waited for the peers",
                     f"gradcomp powersgd_hook: {what} failed")
 
-    def _all_reduce_factors(self, x: torch.Tensor, what: str) -> None:
-        """x (fp32) summed over the ranks in place, through the `factors` type on the wire."""
+    def _all_reduce_factors(self, x: torch.Tensor, what: str, world: int) -> None:
+        """x (fp32) summed over the ranks in place, through the `factors` type on the wire. A narrow type
+        carries x / world (so that the sum stays within each rank's magnitude; fp16 ends at 65504) and the
+        sum is scaled back; a sum that still overflows raises NonFiniteError on every rank alike (they
+        all hold the same sum) before Q or a residual is written."""
         dtype = _FACTOR_TYPES[self.factors]
         if dtype == torch.float32:
             self._all_reduce(x, what)
             return
-        narrow = x.to(dtype)
+        narrow = (x / world).to(dtype)
         self._all_reduce(narrow, what)
-        x.copy_(narrow)
+        if not bool(torch.isfinite(narrow).all()):
+            raise _C.NonFiniteError(f"gradcomp powersgd_hook: {what} overflowed {self.factors} (factors="
+                                    f"{self.factors!r} carries values up to {torch.finfo(dtype).max:g} times the "
+                                    f"world size); use factors='bf16' or 'fp32', or a smaller loss scale")
+        x.copy_(narrow).mul_(world)
 
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         # counted before the work: a failed step too
@@ -232,20 +239,20 @@ class PowerSGDState:
                 q = self.q.get(name)
                 if q is None or q.shape != (cols, r):
                     q = self._initial_q(name, cols, r, m.device)
-                q = q.to(m.device)
+                q = q.to(m.device, copy=True)  # orthogonalized in place: the state keeps its Q until the step ends
                 _orthogonalize(q, self.epsilon)
                 ms.append(m)
                 qs.append(q)
                 ps.append(m @ q)
             p_all = torch.cat([p.reshape(-1) for p in ps])
-            self._all_reduce_factors(p_all, "the all-reduce of P")
+            self._all_reduce_factors(p_all, "the all-reduce of P", world)
             at = 0
             for i, p in enumerate(ps):
                 ps[i] = p_all[at:at + p.numel()].view_as(p)
                 at += p.numel()
                 _orthogonalize(ps[i], self.epsilon)
             q_all = torch.cat([(m.T @ p).reshape(-1) for m, p in zip(ms, ps)])
-            self._all_reduce_factors(q_all, "the all-reduce of Q")
+            self._all_reduce_factors(q_all, "the all-reduce of Q", world)
             q_all.div_(world)
             at = 0
             for (name, grad, rows, cols, r), m, p in zip(parts, ms, ps):
