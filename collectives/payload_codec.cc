@@ -4,14 +4,9 @@
 
 #include "compressors/registry.h"
 #include "core/error.h"
+#include "core/timing.h"
 
 namespace gradcomp {
-namespace {
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 uint32_t segmentKey(uint32_t tensorId, size_t segment) {
   GRADCOMP_CHECK_ARG(tensorId <= kMaxTensorId, "tensor id ", tensorId, " exceeds the collectives' limit ",
                      kMaxTensorId, " (the id is combined with a 12-bit segment index)");

@@ -14,14 +14,11 @@
 
 #include "collectives/algorithm_registry.h"
 #include "collectives/ring_primitives.h"
+#include "core/timing.h"
 #include "kernels/cpu/hadamard_rotation.h"
 
 namespace gradcomp {
 namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 class RingAllreduce final : public AllreduceAlgorithm {
  public:

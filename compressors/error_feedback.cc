@@ -130,18 +130,16 @@ CompressOutcome ErrorFeedback::compressSlice(const Compressor& codec, std::span<
   try {
     out.encoded = compressSliceFinite(codec, grad, wire, ctx, residual);
   } catch (const NonFiniteError&) {
-    warn(detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId, " state became non-finite at step ",
-                        ctx.step, " (elements ", offset, "..", offset + grad.size(), "); reset to zero"));
-    std::fill(residual.begin(), residual.end(), 0.0f);
-    ++resets_;
+    resetResidual(residual, detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId,
+                                           " state became non-finite at step ", ctx.step, " (elements ", offset, "..",
+                                           offset + grad.size(), "); reset to zero"));
     out.residualReset = true;
     out.encoded = compressSliceFinite(codec, grad, wire, ctx, residual);
   }
   if (!residual.empty() && overLimit(residual)) {
-    warn(detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId, " state exceeded |x| <= ", limit_,
-                        " at step ", ctx.step, " (elements ", offset, "..", offset + grad.size(), "); reset to zero"));
-    std::fill(residual.begin(), residual.end(), 0.0f);
-    ++resets_;
+    resetResidual(residual, detail::concat("error feedback '", name_, "': tensor ", ctx.tensorId,
+                                           " state exceeded |x| <= ", limit_, " at step ", ctx.step, " (elements ",
+                                           offset, "..", offset + grad.size(), "); reset to zero"));
     out.residualReset = true;
   }
   return out;
@@ -226,11 +224,15 @@ std::span<float> ErrorFeedback::sliceResidual(uint32_t tensorId) {
 bool ErrorFeedback::enforceResidualLimit(uint32_t tensorId, uint32_t step) {
   std::vector<float>* residual = mutableStateBuffer(tensorId, 0);
   if (!residual || !overLimit(*residual)) return false;
-  warn(detail::concat("error feedback '", name_, "': tensor ", tensorId, " state exceeded |x| <= ", limit_, " at step ",
-                      step, " (after the all-reduce's rotated domain); reset to zero"));
-  std::fill(residual->begin(), residual->end(), 0.0f);
-  ++resets_;
+  resetResidual(*residual, detail::concat("error feedback '", name_, "': tensor ", tensorId, " state exceeded |x| <= ",
+                                          limit_, " at step ", step, " (after the all-reduce's rotated domain); reset to zero"));
   return true;
+}
+
+void ErrorFeedback::resetResidual(std::span<float> residual, const std::string& warning) {
+  warn(warning);
+  std::fill(residual.begin(), residual.end(), 0.0f);
+  ++resets_;
 }
 
 std::vector<float>* ErrorFeedback::mutableStateBuffer(uint32_t tensorId, int which) {

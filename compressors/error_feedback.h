@@ -130,6 +130,8 @@ class ErrorFeedback {
 
   std::vector<float>& scratch(size_t n);
   std::vector<float>* mutableStateBuffer(uint32_t tensorId, int which);
+  // A residual (or a slice of one) set to zero after `warning`, counted in resets().
+  void resetResidual(std::span<float> residual, const std::string& warning);
   void warn(const std::string& message) const;
 
  private:

@@ -1,4 +1,5 @@
-// Wall-clock helpers for the experiments: the median of repeated runs (one slow run does not move it).
+// Wall-clock helpers: seconds since a steady-clock point (the collectives' codec-time counters), and for
+// the experiments the median of repeated runs (one slow run does not move it).
 #pragma once
 
 #include <algorithm>
@@ -6,6 +7,10 @@
 #include <vector>
 
 namespace gradcomp {
+
+inline double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 template <typename Fn>
 double medianSeconds(int repeats, Fn&& fn) {
