@@ -108,6 +108,11 @@ class AllreduceAlgorithm {
   // cost model: multiply by the codec's seconds per element). Zero for the uncompressed paths.
   struct CodecWork {
     double encodeElements = 0, decodeElements = 0;
+    // The compressed ring's rotated domain (a rotate=hadamard codec, collectives/README.md): the elements
+    // above go through the codec less its rotation, and each rank rotates rotateElements itself (the
+    // tensor forward, the sum and the residual back).
+    bool withoutRotation = false;
+    double rotateElements = 0;
   };
   virtual CodecWork codecWork(size_t numElements, int ranks, int ranksPerNode) const = 0;
 

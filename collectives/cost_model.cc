@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "compressors/registry.h"
 #include "core/error.h"
 #include "core/random_data.h"
 #include "core/timing.h"
+#include "kernels/cpu/hadamard_rotation.h"
 
 namespace gradcomp {
 
@@ -22,10 +25,28 @@ CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorF
   WireBuffer buf;
   const EncodeContext ctx = payload.steadyStep(1);  // the step encodedBytes predicts the bytes of
   const auto wire = buf.span(payload.maxBytes(n, ctx));
-  size_t bytes = 0;
-  const double enc = medianSeconds(repeats, [&] { bytes = payload.encode(x, wire, ctx); });
-  const double dec = medianSeconds(repeats, [&] { payload.decode(wire.first(bytes), out, DecodeMode::Accumulate); });
-  return {enc / static_cast<double>(n), dec / static_cast<double>(n)};
+  const double count = static_cast<double>(n);
+  // Seconds per element to encode and to decode-accumulate with the codec active in `payload`.
+  const auto encodeDecode = [&] {
+    size_t bytes = 0;
+    const double enc = medianSeconds(repeats, [&] { bytes = payload.encode(x, wire, ctx); });
+    const double dec = medianSeconds(repeats, [&] { payload.decode(wire.first(bytes), out, DecodeMode::Accumulate); });
+    return std::pair{enc / count, dec / count};
+  };
+  CodecSpeed s;
+  std::tie(s.encodeSecondsPerElement, s.decodeSecondsPerElement) = encodeDecode();
+  if (const uint64_t b = payload.rotationBlock()) {
+    {
+      const PayloadCodec::RotatedDomain unrotated(payload);
+      std::tie(s.unrotatedEncodeSecondsPerElement, s.unrotatedDecodeSecondsPerElement) = encodeDecode();
+    }
+    const scalar::RotationKey key{1, ctx.step, 0};
+    std::vector<float> y(n);
+    const double forward = medianSeconds(repeats, [&] { cpu::rotateForward(x.data(), y.data(), n, b, key, 1.0f); });
+    const double inverse = medianSeconds(repeats, [&] { cpu::rotateInverse(y.data(), out.data(), n, b, key, 1.0f); });
+    s.rotateSecondsPerElement = (forward + inverse) / 2 / count;
+  }
+  return s;
 }
 
 Prediction predict(const AllreduceAlgorithm& algorithm, const CodecSpeed& speed, size_t numElements,
@@ -35,7 +56,12 @@ Prediction predict(const AllreduceAlgorithm& algorithm, const CodecSpeed& speed,
   Prediction p;
   p.wireSeconds = algorithm.predictSeconds(numElements, topology.ranks(), topology.ranksPerNode, topology.links);
   const auto work = algorithm.codecWork(numElements, topology.ranks(), topology.ranksPerNode);
-  p.codecSeconds = work.encodeElements * speed.encodeSecondsPerElement + work.decodeElements * speed.decodeSecondsPerElement;
+  if (work.withoutRotation && speed.rotateSecondsPerElement > 0)
+    p.codecSeconds = work.encodeElements * speed.unrotatedEncodeSecondsPerElement +
+                     work.decodeElements * speed.unrotatedDecodeSecondsPerElement +
+                     work.rotateElements * speed.rotateSecondsPerElement;
+  else
+    p.codecSeconds = work.encodeElements * speed.encodeSecondsPerElement + work.decodeElements * speed.decodeSecondsPerElement;
   p.allreduceSeconds = p.wireSeconds + p.codecSeconds;
   p.exposedSeconds = std::max(0.0, p.allreduceSeconds - overlap * computeSeconds);
   p.efficiency = computeSeconds > 0 ? computeSeconds / (computeSeconds + p.exposedSeconds) : 0.0;

@@ -21,11 +21,18 @@ struct Topology {
 
 struct CodecSpeed {
   double encodeSecondsPerElement = 0, decodeSecondsPerElement = 0;
+  // A rotate=hadamard codec: its speeds less the rotation, and one rotation pass (the mean of forward and
+  // inverse), which is how the compressed ring runs it (CodecWork::withoutRotation). 0 where not known
+  // (speeds given rather than measured): the ring's work is then charged at the rotated codec's speeds,
+  // which overstates it (a transform per encode and per decode, where the ring makes two or three per
+  // all-reduce).
+  double unrotatedEncodeSecondsPerElement = 0, unrotatedDecodeSecondsPerElement = 0, rotateSecondsPerElement = 0;
 };
 
 // Single-thread encode (through the error-feedback policy) and decode-accumulate speed of one codec on
 // this machine: median of `repeats` runs on n normal values, at the steady step (past DGC's warm-up,
-// as the wire time: PayloadCodec::steadyStep).
+// as the wire time: PayloadCodec::steadyStep). A rotated codec's speeds without the rotation and the
+// rotation's own are measured too.
 CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorFeedback, size_t n = size_t{1} << 22,
                              int repeats = 3);
 

@@ -17,27 +17,37 @@ class HostLowRankMath final : public LowRankMath {
   }
   void download(const float* from, size_t n, float* host) override { copy(from, n, host); }
   void upload(const float* host, size_t n, float* to) override { copy(host, n, to); }
-  void add(const float* g, const float* e, size_t n, float* c) override {
-    if (!e) return copy(g, n, c);
-    for (size_t i = 0; i < n; ++i) c[i] = g[i] + e[i];
+  // A batch runs matrix by matrix: the bits of the single calls.
+  void add(Batch<const float> g, Batch<const float> e, size_t n, Batch<float> c) override {
+    for (size_t k = 0; k < g.size(); ++k) {
+      if (e.empty()) {
+        copy(g[k], n, c[k]);
+        continue;
+      }
+      for (size_t i = 0; i < n; ++i) c[k][i] = g[k][i] + e[k][i];
+    }
   }
-  void orthogonalizeColumns(float* a, size_t rows, size_t cols, float epsilon) override {
-    cpu::orthogonalizeColumns(a, rows, cols, epsilon);
+  void orthogonalizeColumns(Batch<float> a, size_t rows, size_t cols, float epsilon) override {
+    for (float* m : a) cpu::orthogonalizeColumns(m, rows, cols, epsilon);
   }
-  void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) override {
-    cpu::matmul(a, n, m, b, r, c);
+  void matmul(Batch<const float> a, size_t n, size_t m, Batch<const float> b, size_t r, Batch<float> c) override {
+    for (size_t k = 0; k < a.size(); ++k) cpu::matmul(a[k], n, m, b[k], r, c[k]);
   }
-  void matmulTransposedA(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) override {
-    cpu::matmulTransposedA(a, n, m, b, r, c);
+  void matmulTransposedA(Batch<const float> a, size_t n, size_t m, Batch<const float> b, size_t r,
+                         Batch<float> c) override {
+    for (size_t k = 0; k < a.size(); ++k) cpu::matmulTransposedA(a[k], n, m, b[k], r, c[k]);
   }
-  void matmulTransposedB(const float* a, size_t n, size_t r, const float* b, size_t m, float* c) override {
-    cpu::matmulTransposedB(a, n, r, b, m, c);
+  void matmulTransposedB(Batch<const float> a, size_t n, size_t r, Batch<const float> b, size_t m,
+                         Batch<float> c) override {
+    for (size_t k = 0; k < a.size(); ++k) cpu::matmulTransposedB(a[k], n, r, b[k], m, c[k]);
   }
-  void residual(const float* m, const float* approx, float ranks, size_t n, float* residual) override {
-    for (size_t i = 0; i < n; ++i) residual[i] = m[i] - approx[i] / ranks;
+  void residual(Batch<const float> m, Batch<const float> approx, float ranks, size_t n, Batch<float> residual) override {
+    for (size_t k = 0; k < m.size(); ++k)
+      for (size_t i = 0; i < n; ++i) residual[k][i] = m[k][i] - approx[k][i] / ranks;
   }
-  void divide(const float* x, float d, size_t n, float* y) override {
-    for (size_t i = 0; i < n; ++i) y[i] = x[i] / d;
+  void divide(Batch<const float> x, float d, size_t n, Batch<float> y) override {
+    for (size_t k = 0; k < x.size(); ++k)
+      for (size_t i = 0; i < n; ++i) y[k][i] = x[k][i] / d;
   }
   void finish() override {}
 

@@ -9,7 +9,6 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "kernels/cuda/low_rank.cuh"
-#include "kernels/cuda/sparse_kernels.cuh"
 
 namespace gradcomp {
 namespace {
@@ -57,36 +56,37 @@ class DeviceLowRankMath final : public LowRankMath {
   }
   void download(const float* from, size_t n, float* host) override { copy(host, from, n, cudaMemcpyDeviceToHost); }
   void upload(const float* host, size_t n, float* to) override { copy(to, host, n, cudaMemcpyHostToDevice); }
-  void add(const float* g, const float* e, size_t n, float* c) override {
+  void add(Batch<const float> g, Batch<const float> e, size_t n, Batch<float> c) override {
     enter();
-    if (e)
-      check(cuda::launchAdd(g, e, n, c, stream()), "the residual add");
-    else if (n && g != c)
-      check(cudaMemcpyAsync(c, g, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+    check(cuda::launchAddBatch(g.data(), e.empty() ? nullptr : e.data(), c.data(), g.size(), n, stream()),
+          "the residual add");
   }
-  void orthogonalizeColumns(float* a, size_t rows, size_t cols, float epsilon) override {
+  void orthogonalizeColumns(Batch<float> a, size_t rows, size_t cols, float epsilon) override {
     enter();
-    check(cuda::launchOrthogonalizeColumns(a, rows, cols, epsilon, stream()), "the orthogonalization");
+    check(cuda::launchOrthogonalizeColumns(a.data(), a.size(), rows, cols, epsilon, stream()), "the orthogonalization");
   }
-  void matmul(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) override {
+  void matmul(Batch<const float> a, size_t n, size_t m, Batch<const float> b, size_t r, Batch<float> c) override {
     enter();
-    checkBlas(blas_->matmul(a, n, m, b, r, c));
+    checkBlas(blas_->matmul(a.data(), n, m, b.data(), r, c.data(), a.size()));
   }
-  void matmulTransposedA(const float* a, size_t n, size_t m, const float* b, size_t r, float* c) override {
+  void matmulTransposedA(Batch<const float> a, size_t n, size_t m, Batch<const float> b, size_t r,
+                         Batch<float> c) override {
     enter();
-    checkBlas(blas_->matmulTransposedA(a, n, m, b, r, c));
+    checkBlas(blas_->matmulTransposedA(a.data(), n, m, b.data(), r, c.data(), a.size()));
   }
-  void matmulTransposedB(const float* a, size_t n, size_t r, const float* b, size_t m, float* c) override {
+  void matmulTransposedB(Batch<const float> a, size_t n, size_t r, Batch<const float> b, size_t m,
+                         Batch<float> c) override {
     enter();
-    checkBlas(blas_->matmulTransposedB(a, n, r, b, m, c));
+    checkBlas(blas_->matmulTransposedB(a.data(), n, r, b.data(), m, c.data(), a.size()));
   }
-  void residual(const float* m, const float* approx, float ranks, size_t n, float* residual) override {
+  void residual(Batch<const float> m, Batch<const float> approx, float ranks, size_t n, Batch<float> residual) override {
     enter();
-    check(cuda::launchLowRankResidual(m, approx, ranks, n, residual, stream()), "the residual update");
+    check(cuda::launchLowRankResidual(m.data(), approx.data(), ranks, n, residual.data(), m.size(), stream()),
+          "the residual update");
   }
-  void divide(const float* x, float d, size_t n, float* y) override {
+  void divide(Batch<const float> x, float d, size_t n, Batch<float> y) override {
     enter();
-    check(cuda::launchDivide(x, d, n, y, stream()), "the division");
+    check(cuda::launchDivide(x.data(), d, n, y.data(), x.size(), stream()), "the division");
   }
   void finish() override {
     enter();

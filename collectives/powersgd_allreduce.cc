@@ -17,6 +17,12 @@
 // strictly below), and every tensor before step `start_iter`.
 // Bytes per rank: 2 (W-1)/W x 4 x (rows + cols) x r (the codec's size instead of 4 for fp16 / bf16).
 //
+// With batch=true (torch's batch_tensors_with_same_shape) each step of the math takes all the bucket's
+// compressed matrices of one shape together (powerSgdBatches): on a device, one launch per step and
+// shape instead of one per matrix, which is where a bucket of many small same-shape layers spends its
+// time. P and Q keep their places in the summed buffers, so batching changes no value: the host's
+// results are the same bits with it or without (tests/collectives/powersgd_test.cc).
+//
 // A CUDA buffer (ExecContext::device Cuda) over a host transport is summed where it lives: M, the residual,
 // Q's warm start and the output stay on the device and the math runs there (collectives/low_rank_math.h:
 // cuBLAS products), and only P and Q, (rows + cols) x r values per matrix, cross to the host for the ring
@@ -28,6 +34,7 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <tuple>
 
 #include "collectives/algorithm_registry.h"
 #include "collectives/low_rank_math.h"
@@ -47,6 +54,7 @@ struct LowRankOptions {
   uint32_t startIter = 0;
   double minCompression = 2.0;
   float epsilon = 1e-8f;
+  bool batch = false;
   std::string canonical;
 };
 
@@ -57,6 +65,7 @@ LowRankOptions parseOptions(const std::string& text) {
   o.startIter = static_cast<uint32_t>(spec.getUInt("start_iter", 0, 0, UINT32_MAX));
   o.minCompression = spec.getDouble("min_compression", 2.0, 0.0, 1e9);
   o.epsilon = static_cast<float>(spec.getDouble("epsilon", 1e-8, -1e-300, 1.0));
+  o.batch = spec.getBool("batch", false);
   spec.checkAllUsed();
   o.canonical = spec.canonical();
   return o;
@@ -77,6 +86,17 @@ float normalFrom(const scalar::RngStream& s, uint64_t i) {
   for (uint64_t t = 0; t < 12; ++t) sum += scalar::uniform01(s.word(12 * i + t));
   return sum - 6.0f;
 }
+
+// The addresses f(part) of one batch's parts, and the same as read-only addresses.
+template <typename Part, typename F>
+std::vector<float*> addressesOf(const std::vector<Part>& parts, const std::vector<size_t>& batch, F&& f) {
+  std::vector<float*> a;
+  a.reserve(batch.size());
+  for (size_t i : batch) a.push_back(f(parts[i]));
+  return a;
+}
+
+std::vector<const float*> readOnly(const std::vector<float*>& a) { return {a.begin(), a.end()}; }
 
 class PowerSgdAllreduce final : public AllreduceAlgorithm {
  public:
@@ -160,28 +180,48 @@ class PowerSgdAllreduce final : public AllreduceAlgorithm {
     q_.resize(qTotal);
     float* p = math.device() == Device::Cpu ? p_.data() : reserve(work.p, pTotal, math);
     float* q = math.device() == Device::Cpu ? q_.data() : reserve(work.q, qTotal, math);
-    for (const Part& part : parts) {
-      float* mPart = m + part.seg.offset;
-      math.add(data.data() + part.seg.offset, ef ? part.st->residual.get() : nullptr, part.seg.count, mPart);
-      math.orthogonalizeColumns(part.st->q.get(), part.cols, part.r, options_.epsilon);
-      math.matmul(mPart, part.seg.rows, part.cols, part.st->q.get(), part.r, p + part.pOffset);
+    std::vector<MatrixShape> shapes;
+    for (const Part& part : parts) shapes.push_back({part.seg.rows, part.cols, part.r});
+    const std::vector<std::vector<size_t>> batches = powerSgdBatches(shapes, options_.batch);
+    // Each batch's matrices share the first one's shape.
+    auto each = [&](const std::vector<size_t>& batch, auto&& f) { return addressesOf(parts, batch, f); };
+    for (const auto& batch : batches) {
+      const Part& shape = parts[batch.front()];
+      const auto mParts = each(batch, [&](const Part& x) { return m + x.seg.offset; });
+      const auto qStates = each(batch, [](const Part& x) { return x.st->q.get(); });
+      const auto pParts = each(batch, [&](const Part& x) { return p + x.pOffset; });
+      const auto grads = readOnly(each(batch, [&](const Part& x) { return data.data() + x.seg.offset; }));
+      const auto residuals = ef ? readOnly(each(batch, [](const Part& x) { return x.st->residual.get(); }))
+                                : std::vector<const float*>();
+      math.add(grads, residuals, shape.seg.count, mParts);
+      math.orthogonalizeColumns(qStates, shape.cols, shape.r, options_.epsilon);
+      math.matmul(readOnly(mParts), shape.seg.rows, shape.cols, readOnly(qStates), shape.r, pParts);
     }
     math.download(p, pTotal, p_.data());
     sumFactor(p_, comm, op, 2);
     math.upload(p_.data(), pTotal, p);
-    for (const Part& part : parts) {
-      math.orthogonalizeColumns(p + part.pOffset, part.seg.rows, part.r, options_.epsilon);
-      math.matmulTransposedA(m + part.seg.offset, part.seg.rows, part.cols, p + part.pOffset, part.r, q + part.qOffset);
+    for (const auto& batch : batches) {
+      const Part& shape = parts[batch.front()];
+      const auto pParts = each(batch, [&](const Part& x) { return p + x.pOffset; });
+      math.orthogonalizeColumns(pParts, shape.seg.rows, shape.r, options_.epsilon);
+      math.matmulTransposedA(readOnly(each(batch, [&](const Part& x) { return m + x.seg.offset; })), shape.seg.rows,
+                             shape.cols, readOnly(pParts), shape.r,
+                             each(batch, [&](const Part& x) { return q + x.qOffset; }));
     }
     math.download(q, qTotal, q_.data());
     sumFactor(q_, comm, op, 4);
     math.upload(q_.data(), qTotal, q);
     const float w = static_cast<float>(comm.size());
-    for (const Part& part : parts) {
-      float* out = data.data() + part.seg.offset;
-      math.matmulTransposedB(p + part.pOffset, part.seg.rows, part.r, q + part.qOffset, part.cols, out);
-      if (ef) math.residual(m + part.seg.offset, out, w, part.seg.count, part.st->residual.get());
-      math.divide(q + part.qOffset, w, part.cols * part.r, part.st->q.get());
+    for (const auto& batch : batches) {
+      const Part& shape = parts[batch.front()];
+      const auto outs = each(batch, [&](const Part& x) { return data.data() + x.seg.offset; });
+      const auto qParts = readOnly(each(batch, [&](const Part& x) { return q + x.qOffset; }));
+      math.matmulTransposedB(readOnly(each(batch, [&](const Part& x) { return p + x.pOffset; })), shape.seg.rows,
+                             shape.r, qParts, shape.cols, outs);
+      if (ef)
+        math.residual(readOnly(each(batch, [&](const Part& x) { return m + x.seg.offset; })), readOnly(outs), w,
+                      shape.seg.count, each(batch, [](const Part& x) { return x.st->residual.get(); }));
+      math.divide(qParts, w, shape.cols * shape.r, each(batch, [](const Part& x) { return x.st->q.get(); }));
     }
     math.finish();
   }
@@ -374,6 +414,23 @@ std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint32_t s
   std::vector<float> q(cols * rank);
   for (uint64_t i = 0; i < q.size(); ++i) q[i] = normalFrom(stream, i);
   return q;
+}
+
+std::vector<std::vector<size_t>> powerSgdBatches(std::span<const MatrixShape> shapes, bool batch) {
+  std::vector<std::vector<size_t>> batches;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, size_t> batchOfShape;  // shape -> its index in batches
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const MatrixShape& s = shapes[i];
+    if (batch) {
+      const auto [at, added] = batchOfShape.try_emplace({s.rows, s.cols, s.rank}, batches.size());
+      if (!added) {
+        batches[at->second].push_back(i);
+        continue;
+      }
+    }
+    batches.push_back({i});
+  }
+  return batches;
 }
 
 std::unique_ptr<AllreduceAlgorithm> makePowerSgdAllreduce(const AllreduceConfig& c) {

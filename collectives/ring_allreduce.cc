@@ -94,11 +94,19 @@ class RingAllreduce final : public AllreduceAlgorithm {
     return 2.0 * (ranks - 1) * l.seconds(bytes);
   }
   // Every rank encodes each segment once (P-1 hops + its all-gather segment) and decodes P-1 hop
-  // payloads and P-1 all-gather payloads plus its own.
+  // payloads and P-1 all-gather payloads plus its own. A rotated codec's hops run without the rotation,
+  // and each rank rotates the tensor forward and the sum back, and the residual back with ef
+  // (sumInRotatedDomain).
   CodecWork codecWork(size_t n, int ranks, int) const override {
     if (payload_.raw() || ranks <= 1) return {};
     const double seg = static_cast<double>(n) / ranks;
-    return {static_cast<double>(n), seg * (2.0 * (ranks - 1) + 1)};
+    CodecWork w{static_cast<double>(n), seg * (2.0 * (ranks - 1) + 1)};
+    if (payload_.rotationBlock()) {
+      const bool residual = payload_.errorFeedback().name() != "none";
+      w.withoutRotation = true;
+      w.rotateElements = static_cast<double>(n) * (residual ? 3 : 2);
+    }
+    return w;
   }
 };
 

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
                  "Error feedback for lossy codecs: none ef ef:scale=auto (unbiased codecs) ef21 ef21-sgdm dgc");
   ar->add_option("--inter", perf.interAlgorithm, "hierarchical: algorithm between nodes");
   ar->add_option("--shape", perf.shape, "The tensor as a ROWSxCOLS matrix (powersgd); replaces -b/-e");
-  ar->add_option("--lowrank", perf.lowRank, "powersgd: rank=1,start_iter=0,min_compression=2,epsilon=1e-8");
+  ar->add_option("--lowrank", perf.lowRank, "powersgd: rank=1,start_iter=0,min_compression=2,epsilon=1e-8,batch=false");
   ar->add_option("-o,--op", perf.op, "sum or avg");
   ar->add_option("-w,--warmup_iters", perf.warmup, "Warm-up iterations")->check(CLI::Range(0, 1000000));
   ar->add_option("-n,--iters", perf.iterations, "Timed iterations (median reported)")->check(CLI::Range(1, 1000000));

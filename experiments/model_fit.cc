@@ -115,7 +115,7 @@ FitReport fitCostModel(const std::string& sweepCsv, std::ostream& out) {
       const auto algo = AllreduceAlgorithm::make(configOf(*r));
       const auto count = static_cast<size_t>(number(*r, "count"));
       const auto w = algo->codecWork(count, ranks, perHost);
-      const double work = w.encodeElements + w.decodeElements;
+      const double work = w.encodeElements + w.decodeElements + w.rotateElements;  // the ring's own rotations too
       const double t = number(*r, "time_us") * 1e-6;
       const double wire = algo->predictSeconds(count, ranks, perHost, links);
       auto& f = fits[r->at("algorithm") + " " + r->at("codec")];
@@ -132,8 +132,10 @@ FitReport fitCostModel(const std::string& sweepCsv, std::ostream& out) {
       const double measuredPerElement = f.work > 0 ? f.codecSeconds / f.work : 0.0;
       const double fittedPerElement = f.den > 0 ? std::max(0.0, f.num / f.den) : 0.0;
       const auto count = static_cast<size_t>(number(*r, "count"));
-      const double model = predict(*algo, {measuredPerElement, measuredPerElement}, count, topo, 0, 0).allreduceSeconds;
-      const double fitted = predict(*algo, {fittedPerElement, fittedPerElement}, count, topo, 0, 0).allreduceSeconds;
+      // One cost per element of codec work, whichever kind (encode, decode, the rotated ring's rotations).
+      const auto uniform = [](double c) { return CodecSpeed{c, c, c, c, c}; };
+      const double model = predict(*algo, uniform(measuredPerElement), count, topo, 0, 0).allreduceSeconds;
+      const double fitted = predict(*algo, uniform(fittedPerElement), count, topo, 0, 0).allreduceSeconds;
       const double measured = number(*r, "time_us") * 1e-6;
       const double err = std::abs(model - measured) / measured, errFitted = std::abs(fitted - measured) / measured;
       errors.push_back(err);

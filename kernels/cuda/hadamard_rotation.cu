@@ -11,7 +11,6 @@ namespace gradcomp::cuda {
 namespace {
 
 constexpr int kMaxBlock = 8192;
-constexpr int kThreads = 512;
 
 __device__ __forceinline__ float saturatingScale(float v, float scale) {
   const float r = __fmul_rn(v, scale);
@@ -37,10 +36,10 @@ __global__ void rotateKernel(const float* x, const float* e, float* y, size_t st
   __syncthreads();
   for (size_t h = 1; h < size; h <<= 1) {
     for (size_t p = threadIdx.x; p < size / 2; p += blockDim.x) {
-      const size_t a = (p / h) * 2 * h + p % h, b = a + h;
-      const float s = __fadd_rn(v[a], v[b]), d = __fsub_rn(v[a], v[b]);
-      v[a] = s;
-      v[b] = d;
+      const scalar::ButterflyPair pair = scalar::rotationButterfly(p, h);
+      const float s = __fadd_rn(v[pair.a], v[pair.b]), d = __fsub_rn(v[pair.a], v[pair.b]);
+      v[pair.a] = s;
+      v[pair.b] = d;
     }
     __syncthreads();
   }
@@ -62,19 +61,12 @@ cudaError_t launchRotate(const float* x, const float* e, float* y, size_t n, siz
   if (n == 0) return cudaSuccess;
   if (blockSize < 1 || blockSize > kMaxBlock || (blockSize & (blockSize - 1))) return cudaErrorInvalidValue;
   const scalar::RngStream signs = scalar::rotationStream(key);
-  auto launch = [&](size_t start, size_t size, size_t blocks) {
-    const unsigned threads = static_cast<unsigned>(size / 2 < kThreads ? (size / 2 ? size / 2 : 1) : kThreads);
-    rotateKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, e, y, start, size, signs, scale,
-                                                                       scalar::rotationNorm(size), inverse);
-  };
-  const size_t full = n / blockSize;
-  if (full) launch(0, blockSize, full);
-  size_t start = full * blockSize;
-  for (size_t size = blockSize >> 1; size > 0; size >>= 1)
-    if (start + size <= n) {
-      launch(start, size, 1);
-      start += size;
-    }
+  // The schedule is kernels/scalar/hadamard_rotation.h's (tests/kernels/rotation_device_schedule_test.cc
+  // runs it on the host against the CPU's bits).
+  scalar::forEachRotationLaunch(n, blockSize, [&](uint64_t start, uint64_t size, uint64_t blocks) {
+    rotateKernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(scalar::rotationThreads(size)), 0, stream>>>(
+        x, e, y, start, size, signs, scale, scalar::rotationNorm(size), inverse);
+  });
   return cudaGetLastError();
 }
 

@@ -45,6 +45,39 @@ GRADCOMP_HD RotationBlock rotationBlockOf(uint64_t i, uint64_t n, uint64_t b) {
   return RotationBlock{i, 1};
 }
 
+// The CUDA kernel's schedule (kernels/cuda/hadamard_rotation.cu), here so that a host test can run it
+// (tests/kernels/rotation_device_schedule_test.cc) where no GPU is:
+// - butterfly p (0 <= p < size / 2) of the stage of span h combines elements a and a + h; a stage's
+//   size / 2 butterflies touch each element once, so its threads may run them in any order;
+struct ButterflyPair {
+  uint64_t a, b;
+};
+GRADCOMP_HD ButterflyPair rotationButterfly(uint64_t p, uint64_t h) {
+  const uint64_t a = (p / h) * 2 * h + p % h;
+  return ButterflyPair{a, a + h};
+}
+
+// - one CUDA block per rotation block, of this many threads (each takes butterflies p, p + threads, ...);
+constexpr uint64_t kRotationMaxThreads = 512;
+GRADCOMP_HD uint64_t rotationThreads(uint64_t size) {
+  return size / 2 < kRotationMaxThreads ? (size / 2 ? size / 2 : 1) : kRotationMaxThreads;
+}
+
+// - the launches over an n-element tensor with nominal block b: f(start, size, count) for `count` blocks of
+//   `size` elements from `start`: the full blocks in one launch, then each smaller block of the tail (the
+//   blocks rotationBlockOf names, in order).
+template <typename F>
+void forEachRotationLaunch(uint64_t n, uint64_t b, F&& f) {
+  const uint64_t full = n / b;
+  if (full) f(uint64_t{0}, b, full);
+  uint64_t start = full * b;
+  for (uint64_t size = b >> 1; size > 0; size >>= 1)
+    if (start + size <= n) {
+      f(start, size, uint64_t{1});
+      start += size;
+    }
+}
+
 // 1 / sqrt(size) as applied after the butterflies: exact for even log2(size), else rounded once.
 GRADCOMP_HD float rotationNorm(uint64_t size) {
   int m = 0;

@@ -43,6 +43,47 @@ TEST(CostModel, CodecWorkIsChargedAtTheCodecSpeed) {
   EXPECT_DOUBLE_EQ(AllreduceAlgorithm::make(cfg("ring"))->codecWork(n, 4, 1).encodeElements, 0);
 }
 
+// The compressed ring sums a rotated codec in the rotated domain: its hops encode and decode the codec less
+// its rotation, and each rank rotates the tensor forward, the sum back and (with ef) the residual back.
+// The model charges that work at the unrotated speeds plus the rotation's; given only the rotated codec's
+// speeds (rotateSecondsPerElement 0), it charges those, as before. allgather carries the rotated codec.
+TEST(CostModel, TheRotatedRingIsChargedItsHopsWithoutRotationPlusItsOwnRotations) {
+  const Topology t{4, 1, LinkModel::parse("inter=1GB")};
+  const size_t n = 4000;
+  const CodecSpeed speed{5e-9, 6e-9, 1e-9, 2e-9, 3e-9};
+  for (const char* ef : {"none", "ef"}) {
+    SCOPED_TRACE(ef);
+    AllreduceConfig c = cfg("ring", "int4:rotate=hadamard");
+    c.errorFeedback = ef;
+    auto ring = AllreduceAlgorithm::make(c);
+    const auto w = ring->codecWork(n, 4, 1);
+    const double rotations = std::string(ef) == "ef" ? 3 : 2;
+    EXPECT_TRUE(w.withoutRotation);
+    EXPECT_DOUBLE_EQ(w.encodeElements, 4000);
+    EXPECT_DOUBLE_EQ(w.decodeElements, 7000);
+    EXPECT_DOUBLE_EQ(w.rotateElements, rotations * 4000);
+    EXPECT_NEAR(predict(*ring, speed, n, t, 0, 0).codecSeconds, 4000e-9 + 7000 * 2e-9 + rotations * 4000 * 3e-9, 1e-15);
+    EXPECT_NEAR(predict(*ring, {5e-9, 6e-9}, n, t, 0, 0).codecSeconds, 4000 * 5e-9 + 7000 * 6e-9, 1e-15);
+  }
+  auto gather = AllreduceAlgorithm::make(cfg("allgather", "int4:rotate=hadamard"));
+  EXPECT_FALSE(gather->codecWork(n, 4, 1).withoutRotation);
+  EXPECT_NEAR(predict(*gather, speed, n, t, 0, 0).codecSeconds, 4000 * 5e-9 + 16000 * 6e-9, 1e-15);
+  EXPECT_FALSE(AllreduceAlgorithm::make(cfg("ring", "int4"))->codecWork(n, 4, 1).withoutRotation);
+}
+
+// measureCodecSpeed times a rotated codec three ways: as it is, less its rotation, and the rotation pass;
+// a plain codec has no rotation to time.
+TEST(CostModel, MeasuresARotatedCodecsHopsAndRotationApart) {
+  const CodecSpeed rotated = measureCodecSpeed("int4:rotate=hadamard", "none", size_t{1} << 16, 3);
+  EXPECT_GT(rotated.rotateSecondsPerElement, 0.0);
+  EXPECT_GT(rotated.unrotatedEncodeSecondsPerElement, 0.0);
+  EXPECT_GT(rotated.unrotatedDecodeSecondsPerElement, 0.0);
+  const CodecSpeed plain = measureCodecSpeed("int4", "none", size_t{1} << 16, 3);
+  EXPECT_EQ(plain.rotateSecondsPerElement, 0.0);
+  EXPECT_EQ(plain.unrotatedEncodeSecondsPerElement, 0.0);
+  EXPECT_GT(plain.encodeSecondsPerElement, 0.0);
+}
+
 TEST(CostModel, AutoPicksTreeForSmallLatencyBoundMessagesAndRingForLargeOnes) {
   const Topology t{8, 1, LinkModel::parse("inter=10GB/50us")};
   const std::vector<std::string> candidates = {"ring", "tree", "allgather"};

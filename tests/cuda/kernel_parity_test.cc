@@ -220,5 +220,106 @@ TEST(KernelParity, LowRankOrthogonalizationBitsAndProductsWithinTheRoundingBound
     }
 }
 
+// The batched forms (PowerSGD's batch option) over more matrices than one launch takes (kMaxBatch + 2),
+// each at an address out of order: every matrix gets the single call's result (the orthogonalization's
+// and the element-wise steps' bits; the products within the bound above).
+TEST(KernelParity, LowRankBatchesGiveEachMatrixItsSingleCallResult) {
+  std::string why;
+  std::unique_ptr<cuda::LowRankBlas> blas(cuda::LowRankBlas::create(nullptr, &why));
+  ASSERT_TRUE(blas) << why;
+  const size_t count = cuda::kMaxBatch + 2, rows = 33, cols = 3, m = 7;
+  auto slot = [&](size_t i) { return (i * 37) % count; };  // 37 and 130 share no factor: a permutation
+  auto addresses = [&](float* base, size_t size) {
+    std::vector<float*> at(count);
+    for (size_t i = 0; i < count; ++i) at[i] = base + slot(i) * size;
+    return at;
+  };
+  auto readOnly = [](const std::vector<float*>& v) { return std::vector<const float*>(v.begin(), v.end()); };
+  auto sync = [] { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); };
+  {
+    auto a = testing::parityInput(count * rows * cols, 5, 1.0f);
+    DeviceVector<float> d(a, 0);
+    ASSERT_EQ(cuda::launchOrthogonalizeColumns(addresses(d.data(), rows * cols).data(), count, rows, cols, 1e-8f,
+                                               nullptr),
+              cudaSuccess);
+    sync();
+    for (size_t i = 0; i < count; ++i) cpu::orthogonalizeColumns(a.data() + i * rows * cols, rows, cols, 1e-8f);
+    EXPECT_TRUE(sameBytes(d.get(), a)) << "the batched orthogonalization";
+  }
+  // The three products: C_i = op(A_i, B_i), against cpu's within 4 k 2^-24 sum |a b| + 1e-35.
+  const auto mat = testing::parityInput(count * rows * m, 6, 1.0f), x = testing::parityInput(count * m * cols, 7, 1.0f),
+             y = testing::parityInput(count * rows * cols, 8, 1.0f);
+  DeviceVector<float> dM(mat, 0), dX(x, 0), dY(y, 0), dOut(count * std::max(rows, m) * std::max(m, cols), 0);
+  auto magnitude = [](std::vector<float> v) {
+    for (float& e : v) e = std::fabs(e);
+    return v;
+  };
+  struct Product {
+    const char* what;
+    const std::vector<float>*a, *b;
+    DeviceVector<float>*da, *db;
+    size_t aSize, bSize, outSize, k;
+  };
+  for (const Product& pr : {Product{"M X", &mat, &x, &dM, &dX, rows * m, m * cols, rows * cols, m},
+                            Product{"M^T Y", &mat, &y, &dM, &dY, rows * m, rows * cols, m * cols, rows},
+                            Product{"Y X^T", &y, &x, &dY, &dX, rows * cols, m * cols, rows * m, cols}}) {
+    SCOPED_TRACE(pr.what);
+    const auto outs = addresses(dOut.data(), pr.outSize);
+    const auto as = readOnly(addresses(pr.da->data(), pr.aSize)), bs = readOnly(addresses(pr.db->data(), pr.bSize));
+    const std::string what(pr.what);
+    if (what == "M X") {
+      ASSERT_EQ(blas->matmul(as.data(), rows, m, bs.data(), cols, outs.data(), count), "");
+    }
+    if (what == "M^T Y") {
+      ASSERT_EQ(blas->matmulTransposedA(as.data(), rows, m, bs.data(), cols, outs.data(), count), "");
+    }
+    if (what == "Y X^T") {
+      ASSERT_EQ(blas->matmulTransposedB(as.data(), rows, cols, bs.data(), m, outs.data(), count), "");
+    }
+    sync();
+    const auto gpu = dOut.get(count * pr.outSize);
+    const auto absA = magnitude(*pr.a), absB = magnitude(*pr.b);
+    std::vector<float> c(pr.outSize), bound(pr.outSize);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t at = slot(i);
+      const float *a = pr.a->data() + at * pr.aSize, *b = pr.b->data() + at * pr.bSize;
+      const float *aa = absA.data() + at * pr.aSize, *ab = absB.data() + at * pr.bSize;
+      if (what == "M X") cpu::matmul(a, rows, m, b, cols, c.data()), cpu::matmul(aa, rows, m, ab, cols, bound.data());
+      if (what == "M^T Y")
+        cpu::matmulTransposedA(a, rows, m, b, cols, c.data()), cpu::matmulTransposedA(aa, rows, m, ab, cols, bound.data());
+      if (what == "Y X^T")
+        cpu::matmulTransposedB(a, rows, cols, b, m, c.data()), cpu::matmulTransposedB(aa, rows, cols, ab, m, bound.data());
+      for (size_t e = 0; e < pr.outSize; ++e) {
+        const float limit = bound[e] * 4.0f * static_cast<float>(pr.k) * 0x1p-24f + 1e-35f;
+        ASSERT_LE(std::fabs(gpu[at * pr.outSize + e] - c[e]), limit) << "matrix " << i << " element " << e;
+      }
+    }
+  }
+  // The element-wise steps, on the matrices M: add (with and without e), residual, divide in place.
+  const size_t n = rows * m;
+  const auto e = testing::parityInput(count * n, 9, 1.0f), approx = testing::parityInput(count * n, 10, 3.0f);
+  DeviceVector<float> dE(e, 0), dApprox(approx, 0), dC(count * n, 0);
+  const auto g = readOnly(addresses(dM.data(), n)), es = readOnly(addresses(dE.data(), n));
+  const auto cs = addresses(dC.data(), n);
+  ASSERT_EQ(cuda::launchAddBatch(g.data(), nullptr, cs.data(), count, n, nullptr), cudaSuccess);
+  sync();
+  EXPECT_TRUE(sameBytes(dC.get(), mat)) << "add without e (a copy)";
+  ASSERT_EQ(cuda::launchAddBatch(g.data(), es.data(), cs.data(), count, n, nullptr), cudaSuccess);
+  sync();
+  std::vector<float> want(count * n);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = mat[i] + e[i];
+  EXPECT_TRUE(sameBytes(dC.get(), want)) << "add";
+  ASSERT_EQ(cuda::launchLowRankResidual(g.data(), readOnly(addresses(dApprox.data(), n)).data(), 3.0f, n, cs.data(),
+                                        count, nullptr),
+            cudaSuccess);
+  sync();
+  for (size_t i = 0; i < want.size(); ++i) want[i] = mat[i] - approx[i] / 3.0f;
+  EXPECT_TRUE(sameBytes(dC.get(), want)) << "residual";
+  ASSERT_EQ(cuda::launchDivide(readOnly(cs).data(), 7.0f, n, cs.data(), count, nullptr), cudaSuccess);
+  sync();
+  for (float& v : want) v = v / 7.0f;
+  EXPECT_TRUE(sameBytes(dC.get(), want)) << "divide in place";
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -124,5 +124,28 @@ TEST(ShapeOption, AllreducePerfSumsTheTensorAsThatMatrix) {
   EXPECT_TRUE(testing::isA<InvalidArgument>(errors[0])) << testing::messageOf(errors[0]);
 }
 
+// Pairs that do not go together are skipped in a sweep; a run where every pair was refused (a typo in
+// the codec, a bad --lowrank option) is an error that says so, not an empty table.
+TEST(AllreducePerfOptions, ARunWhereNoCaseRanIsAnError) {
+  for (const auto& [codec, lowRank] : {std::pair<std::string, std::string>{"bogus", ""}, {"none", "rank=2,batch=perhaps"}}) {
+    AllreducePerfOptions o;
+    o.algorithms = {lowRank.empty() ? "ring" : "powersgd"};
+    o.codecs = {codec};
+    o.lowRank = lowRank;
+    o.shape = "64x32";
+    o.minBytes = o.maxBytes = 8192;
+    o.iterations = 1;
+    o.warmup = 0;
+    const auto errors = runInProcess(2, [&](Communicator& comm) {
+      std::ostringstream out;
+      runAllreducePerf(o, comm, out);
+    });
+    for (const auto& e : errors) {
+      ASSERT_TRUE(e) << codec << " " << lowRank;
+      EXPECT_NE(testing::messageOf(e).find("no case ran"), std::string::npos) << testing::messageOf(e);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -16,6 +16,13 @@ rounds its P (and Q) once, the process group sums them in that type (gloo and NC
 is widened back to fp32 before the orthogonalization; gradcomp's C++ ring with an fp16 / bf16 codec rounds
 per hop and adds in fp32 instead, so the two agree within the type's rounding, not bit for bit.
 
+With batch_tensors_with_same_shape=True (torch's option of that name), the parameters of one shape go
+through each product and orthogonalization together, as one batched call on their stacked matrices: fewer,
+larger kernels, which is what a GPU running many small same-shape layers gains from. P and Q keep their
+places in the all-reduced buffers, so the wire is the same; the batched kernels may round differently
+from the single ones (tested within fp32 rounding), so the ranks agree on the option before the first
+step, and a state saved with one setting resumes with the other.
+
 What it does that torch's hook does not: Q and the residuals are kept by parameter name, so state_dict() /
 load_state_dict() resume bitwise on a new DDP instance even when DDP rebuilds its buckets or
 bucket_cap_mb changes (torch keys them by bucket index); the initial Q comes from gradcomp's Philox stream
@@ -56,6 +63,27 @@ def _orthogonalize(m: torch.Tensor, epsilon: float) -> None:
             rest -= torch.sum(col * rest, dim=0, keepdim=True) * col
 
 
+def _orthogonalize_batch(m: torch.Tensor, epsilon: float) -> None:
+    """_orthogonalize on each matrix of a batch (k x rows x r) in place, as torch's hook does for its
+    batched tensors: the norms and projections per matrix, the epsilon == 0 rule (a zero column stays
+    zero) per matrix too."""
+    for i in range(m.shape[2]):
+        col = m[:, :, i:i + 1]
+        norm = torch.linalg.vector_norm(col, dim=1, keepdim=True)
+        if epsilon == 0:
+            col.copy_(torch.where(norm == 0, torch.zeros_like(col), col / norm))
+        else:
+            col /= norm + epsilon
+        if i + 1 < m.shape[2]:
+            rest = m[:, :, i + 1:]
+            rest -= torch.sum(col * rest, dim=1, keepdim=True) * col
+
+
+def _orthogonalized(m: torch.Tensor, epsilon: float) -> torch.Tensor:
+    (_orthogonalize_batch if m.dim() == 3 else _orthogonalize)(m, epsilon)
+    return m
+
+
 class PowerSGDState:
     """Arguments:
 
@@ -67,6 +95,9 @@ class PowerSGDState:
     epsilon         the orthogonalization's epsilon
     error_feedback  "ef" (the residual M - P Q^T is added to the next gradient) or "none"
     factors         "fp32" (default), "fp16" or "bf16": the type P and Q are all-reduced in
+    batch_tensors_with_same_shape
+                    run each step of the math once for all the bucket's matrices of one shape (batched
+                    products and orthogonalization) instead of once per matrix
     seed            the initial Q's seed (shared by all ranks)
     process_group   the group to reduce over (default: the default group)
     timeout         the deadline of every wait on a collective
@@ -74,7 +105,7 @@ class PowerSGDState:
 
     def __init__(self, module: Optional[torch.nn.Module], *, rank: int = 1, start_iter: int = 0,
                  min_compression: float = 2.0, epsilon: float = 1e-8, error_feedback: str = "ef",
-                 factors: str = "fp32", seed: int = 0,
+                 factors: str = "fp32", batch_tensors_with_same_shape: bool = False, seed: int = 0,
                  process_group: Optional[dist.ProcessGroup] = None,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=5)):
         for name, value, lo in (("rank", rank, 1), ("start_iter", start_iter, 0), ("seed", seed, 0)):
@@ -88,7 +119,11 @@ class PowerSGDState:
             raise _C.InvalidArgument(f"PowerSGDState: error_feedback must be 'none' or 'ef', got {error_feedback!r}")
         if factors not in _FACTOR_TYPES:
             raise _C.InvalidArgument(f"PowerSGDState: factors must be one of {sorted(_FACTOR_TYPES)}, got {factors!r}")
+        if not isinstance(batch_tensors_with_same_shape, bool):
+            raise _C.InvalidArgument(f"PowerSGDState: batch_tensors_with_same_shape must be True or False, got "
+                                     f"{batch_tensors_with_same_shape!r}")
         self.factors = factors
+        self.batch_tensors_with_same_shape = batch_tensors_with_same_shape
         self.rank, self.start_iter, self.min_compression = rank, start_iter, float(min_compression)
         self.epsilon, self.error_feedback, self.seed = float(epsilon), error_feedback, seed
         self.process_group, self.timeout = process_group, timeout
@@ -115,6 +150,7 @@ class PowerSGDState:
     def config(self) -> dict:
         return {"rank": self.rank, "start_iter": self.start_iter, "min_compression": self.min_compression,
                 "epsilon": self.epsilon, "error_feedback": self.error_feedback, "factors": self.factors,
+                "batch_tensors_with_same_shape": self.batch_tensors_with_same_shape,
                 "seed": self.seed, "world_size": dist.get_world_size(self.process_group)}
 
     def state_dict(self) -> dict:
@@ -126,9 +162,11 @@ class PowerSGDState:
         if sd.get("format") != _FORMAT:
             raise _C.InvalidArgument(f"PowerSGDState.load_state_dict: not a gradcomp PowerSGD state (format "
                                      f"{sd.get('format')!r}, expected {_FORMAT!r})")
-        # A state saved before the factors option existed reduced its factors in fp32.
+        # A state saved before the factors option existed reduced its factors in fp32. Batching changes
+        # neither the state nor the wire: a state resumes with either setting.
         mine, theirs = self.config(), {"factors": "fp32", **sd["config"]}
-        diffs = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in mine if theirs.get(k) != mine[k]]
+        diffs = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in mine
+                 if k != "batch_tensors_with_same_shape" and theirs.get(k) != mine[k]]
         if diffs:
             raise _C.InvalidArgument("PowerSGDState.load_state_dict: the checkpoint was made with another "
                                      "configuration (" + "; ".join(diffs) + ")")
@@ -148,7 +186,8 @@ class PowerSGDState:
         return s
 
     def __setstate__(self, s: dict) -> None:
-        self.__dict__.update({"factors": "fp32", **s})  # pickled before the option: fp32 factors
+        # pickled before the options: fp32 factors, one matrix at a time
+        self.__dict__.update({"factors": "fp32", "batch_tensors_with_same_shape": False, **s})
         self.process_group, self._names, self._failed_step, self._backwards = None, {}, FailedStep(), Backwards()
 
     def _initial_q(self, name: str, cols: int, r: int, device) -> torch.Tensor:
@@ -180,6 +219,23 @@ class PowerSGDState:
                                     f"world size); use factors='bf16' or 'fp32', or a smaller loss scale")
         x.copy_(narrow).mul_(world)
 
+    def _batches(self, parts: list) -> list:
+        """The parts' indices in the groups the math runs together: one group per shape (rows, cols, rank), in
+        the order shapes first appear, with batch_tensors_with_same_shape; one part per group without."""
+        if not self.batch_tensors_with_same_shape:
+            return [[i] for i in range(len(parts))]
+        by_shape: dict = {}
+        for i, (_, _, rows, cols, r) in enumerate(parts):
+            by_shape.setdefault((rows, cols, r), []).append(i)
+        return list(by_shape.values())
+
+    def _each(self, f, *tensors: list) -> list:
+        """f over matched same-shape matrices: one call on their stacks (k x rows x cols) where batching,
+        otherwise one call per matrix; returns the matrices of the results."""
+        if self.batch_tensors_with_same_shape and len(tensors[0]) > 1:
+            return list(f(*(torch.stack(t) for t in tensors)).unbind(0))
+        return [f(*t) for t in zip(*tensors)]
+
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
         # counted before the work: a failed step too
         step, self.iter, begins = self._backwards.step(self.iter, bucket.index(), bucket.is_last())
@@ -207,7 +263,8 @@ class PowerSGDState:
             x.div_(world)
             if x is not buffer:
                 buffer.copy_(x)
-            self.last_stats = {"step": step, "compressed": 0, "elements_sent": buffer.numel(), "factor_bytes": 0}
+            self.last_stats = {"step": step, "compressed": 0, "batches": 0, "elements_sent": buffer.numel(),
+                               "factor_bytes": 0}
             return buffer
         exact, parts = [], []
         for grad, param in zip(bucket.gradients(), bucket.parameters()):
@@ -230,8 +287,10 @@ class PowerSGDState:
             for g in exact:
                 g.copy_(flat[at:at + g.numel()].view_as(g))
                 at += g.numel()
+        batches = self._batches(parts)
         if parts:
-            ms, ps, qs = [], [], []
+            eps = self.epsilon
+            ms, qs = [], []
             for name, grad, rows, cols, r in parts:
                 m = grad.reshape(rows, cols).to(torch.float32, copy=True)  # M, its P, Q and E in fp32
                 if self.error_feedback == "ef" and name in self.residuals:
@@ -239,32 +298,46 @@ class PowerSGDState:
                 q = self.q.get(name)
                 if q is None or q.shape != (cols, r):
                     q = self._initial_q(name, cols, r, m.device)
-                q = q.to(m.device, copy=True)  # orthogonalized in place: the state keeps its Q until the step ends
-                _orthogonalize(q, self.epsilon)
                 ms.append(m)
-                qs.append(q)
-                ps.append(m @ q)
+                qs.append(q.to(m.device, copy=True))  # orthogonalized: the state keeps its Q until the step ends
+            ps = [None] * len(parts)
+            for b in batches:
+                q_b = self._each(lambda q: _orthogonalized(q, eps), [qs[i] for i in b])
+                for i, q, p in zip(b, q_b, self._each(lambda m, q: m @ q, [ms[i] for i in b], q_b)):
+                    qs[i], ps[i] = q, p
             p_all = torch.cat([p.reshape(-1) for p in ps])
             self._all_reduce_factors(p_all, "the all-reduce of P", world)
             at = 0
             for i, p in enumerate(ps):
                 ps[i] = p_all[at:at + p.numel()].view_as(p)
                 at += p.numel()
-                _orthogonalize(ps[i], self.epsilon)
-            q_all = torch.cat([(m.T @ p).reshape(-1) for m, p in zip(ms, ps)])
+            for b in batches:
+                for i, p in zip(b, self._each(lambda p: _orthogonalized(p, eps), [ps[i] for i in b])):
+                    ps[i] = p
+            q_new = [None] * len(parts)
+            for b in batches:
+                products = self._each(lambda m, p: m.transpose(-2, -1) @ p, [ms[i] for i in b], [ps[i] for i in b])
+                for i, q in zip(b, products):
+                    q_new[i] = q
+            q_all = torch.cat([q.reshape(-1) for q in q_new])
             self._all_reduce_factors(q_all, "the all-reduce of Q", world)
             q_all.div_(world)
             at = 0
-            for (name, grad, rows, cols, r), m, p in zip(parts, ms, ps):
-                q = q_all[at:at + cols * r].view(cols, r)
+            for i, (_, _, rows, cols, r) in enumerate(parts):
+                q_new[i] = q_all[at:at + cols * r].view(cols, r)
                 at += cols * r
-                approx = p @ q.T
-                grad.copy_(approx.view_as(grad))
+            approx = [None] * len(parts)
+            for b in batches:
+                products = self._each(lambda p, q: p @ q.transpose(-2, -1), [ps[i] for i in b], [q_new[i] for i in b])
+                for i, a in zip(b, products):
+                    approx[i] = a
+            for (name, grad, rows, cols, r), m, a, q in zip(parts, ms, approx, q_new):
+                grad.copy_(a.view_as(grad))
                 self.q[name] = q.clone()
                 if self.error_feedback == "ef":
-                    self.residuals[name] = m - approx
+                    self.residuals[name] = m - a
         factor_elements = sum((rows + cols) * r for _, _, rows, cols, r in parts)
-        self.last_stats = {"step": step, "compressed": len(parts),
+        self.last_stats = {"step": step, "compressed": len(parts), "batches": len(batches),
                            "elements_sent": sum(g.numel() for g in exact) + factor_elements,
                            "factor_bytes": factor_elements * _FACTOR_TYPES[self.factors].itemsize}
         return buffer
