@@ -51,7 +51,7 @@ struct AllreduceConfig {
   uint64_t seed = 0;                    // Philox / random-k key, the same on every rank
   size_t chunkBytes = size_t{1} << 20;  // uncompressed ring: pipeline chunk
   bool blockingVendor = false;          // vendor: blocking MPI_Allreduce, no deadline (benchmark baseline)
-  // powersgd: "rank=1,start_iter=0,min_compression=2,epsilon=1e-8" (collectives/powersgd_allreduce.cc);
+  // powersgd: "rank=1,start_iter=0,min_compression=2,epsilon=1e-8,batch=false" (collectives/powersgd_allreduce.cc);
   // its error feedback is errorFeedback ("ef" or "none"), its P / Q carrier the codec (none, fp16, bf16).
   std::string lowRank;
   // For predictions only (the cost model, `gradcomp model --shape`): the gradient as these matrices, so

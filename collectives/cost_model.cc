@@ -24,7 +24,8 @@ CodecSpeed measureCodecSpeed(const std::string& codec, const std::string& errorF
   std::vector<float> out(n, 0.0f);
   WireBuffer buf;
   const EncodeContext ctx = payload.steadyStep(1);  // the step encodedBytes predicts the bytes of
-  const auto wire = buf.span(payload.maxBytes(n, ctx));
+  // Room for the rotated codec's payload and for the hops' (the codec less its rotation), whichever is larger.
+  const auto wire = buf.span(std::max(payload.maxBytes(n, ctx), payload.maxHopBytes(n, ctx)));
   const double count = static_cast<double>(n);
   // Seconds per element to encode and to decode-accumulate with the codec active in `payload`.
   const auto encodeDecode = [&] {

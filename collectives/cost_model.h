@@ -24,8 +24,8 @@ struct CodecSpeed {
   // A rotate=hadamard codec: its speeds less the rotation, and one rotation pass (the mean of forward and
   // inverse), which is how the compressed ring runs it (CodecWork::withoutRotation). 0 where not known
   // (speeds given rather than measured): the ring's work is then charged at the rotated codec's speeds,
-  // which overstates it (a transform per encode and per decode, where the ring makes two or three per
-  // all-reduce).
+  // a transform per element encoded and per element decoded where the ring makes two tensors' worth per
+  // rank (three with ef): (P-1)/P of a tensor's rotation too much without ef, 1/P too little with it.
   double unrotatedEncodeSecondsPerElement = 0, unrotatedDecodeSecondsPerElement = 0, rotateSecondsPerElement = 0;
 };
 

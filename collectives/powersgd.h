@@ -10,9 +10,6 @@
 
 namespace gradcomp {
 
-// The cols x rank row-major matrix of (approximately) standard normals from Philox that matrix `segment` of
-// tensor (bucket) `tensorId` starts from, before its first orthogonalization; the same on every rank
-// for the same seed.
 // A compressed matrix's shape: rows x cols, approximated at rank `rank`.
 struct MatrixShape {
   uint64_t rows = 0, cols = 0, rank = 0;
@@ -23,6 +20,9 @@ struct MatrixShape {
 // matrix of that shape (torch's batch_tensors_with_same_shape); without, one batch per matrix.
 std::vector<std::vector<size_t>> powerSgdBatches(std::span<const MatrixShape> shapes, bool batch);
 
+// The cols x rank row-major matrix of (approximately) standard normals from Philox that matrix `segment` of
+// tensor (bucket) `tensorId` starts from, before its first orthogonalization; the same on every rank
+// for the same seed.
 std::vector<float> powerSgdInitialQ(uint64_t seed, uint32_t tensorId, uint32_t segment, uint64_t cols, uint64_t rank);
 
 }  // namespace gradcomp

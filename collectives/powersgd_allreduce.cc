@@ -65,7 +65,9 @@ LowRankOptions parseOptions(const std::string& text) {
   o.startIter = static_cast<uint32_t>(spec.getUInt("start_iter", 0, 0, UINT32_MAX));
   o.minCompression = spec.getDouble("min_compression", 2.0, 0.0, 1e9);
   o.epsilon = static_cast<float>(spec.getDouble("epsilon", 1e-8, -1e-300, 1.0));
-  o.batch = spec.getBool("batch", false);
+  // Added after PowerSGD's canonical text was compared by ranks and stored: left out at its default, so a
+  // run without the option describes itself (and agrees with an older build) as before.
+  o.batch = spec.getBoolOmittedAtDefault("batch", false);
   spec.checkAllUsed();
   o.canonical = spec.canonical();
   return o;

@@ -135,6 +135,12 @@ bool CodecSpec::getBool(const std::string& key, bool fallback) const {
   return b;
 }
 
+bool CodecSpec::getBoolOmittedAtDefault(const std::string& key, bool fallback) const {
+  const bool b = getBool(key, fallback);
+  if (b == fallback) resolved_.erase(key);
+  return b;
+}
+
 void CodecSpec::checkAllUsed() const {
   for (const auto& [k, v] : params_)
     GRADCOMP_CHECK_ARG(used_.count(k), "'", name_, "' has no parameter '", k, "'");

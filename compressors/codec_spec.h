@@ -34,6 +34,8 @@ class CodecSpec {
   uint64_t getUInt(const std::string& key, uint64_t fallback, uint64_t min, uint64_t max) const;
   double getDouble(const std::string& key, double fallback, double minExclusive, double maxInclusive) const;
   bool getBool(const std::string& key, bool fallback) const;
+  // As getBool, left out of canonical() at its fallback (see getChoiceOmittedAtDefault).
+  bool getBoolOmittedAtDefault(const std::string& key, bool fallback) const;
 
   // Throws if a parameter was never read by the factory.
   void checkAllUsed() const;

@@ -125,9 +125,19 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
       {
         AllreduceConfig cfg;
         cfg.algorithm = algorithmName == "vendor-blocking" ? "vendor" : algorithmName;
+        cfg.blockingVendor = algorithmName == "vendor-blocking";
+        cfg.codec = codec;
+        // powersgd is lossy with any carrier, so its error feedback applies with codec none too.
+        cfg.errorFeedback = codec == "none" && cfg.algorithm != "powersgd" ? "none" : o.errorFeedback;
+        cfg.interAlgorithm = o.interAlgorithm;
+        cfg.lowRank = o.lowRank;
+        cfg.op = parseReduceOp(o.op);
+        cfg.seed = o.seed;
         if (algorithmName == "auto") {
-          // The cost model's pick for this size: every rank uses the slowest rank's codec speed and so
-          // makes the same choice (the agreement check would refuse different ones).
+          // The cost model's pick for this size, for this codec and error feedback (set above: the pick
+          // depends on which algorithms carry the codec and on its speed): every rank uses the slowest
+          // rank's codec speed and so makes the same choice (the agreement check would refuse different
+          // ones).
           CodecSpeed speed{};
           if (codec != "none") {
             const CodecSpeed mine = measureCodecSpeed(codec, cfg.errorFeedback, std::min<size_t>(n, 1 << 22), 3);
@@ -145,14 +155,6 @@ void runAllreducePerf(const AllreducePerfOptions& o, Communicator& comm, std::os
             continue;
           }
         }
-        cfg.blockingVendor = algorithmName == "vendor-blocking";
-        cfg.codec = codec;
-        // powersgd is lossy with any carrier, so its error feedback applies with codec none too.
-        cfg.errorFeedback = codec == "none" && cfg.algorithm != "powersgd" ? "none" : o.errorFeedback;
-        cfg.interAlgorithm = o.interAlgorithm;
-        cfg.lowRank = o.lowRank;
-        cfg.op = parseReduceOp(o.op);
-        cfg.seed = o.seed;
         std::unique_ptr<AllreduceAlgorithm> algo;
         try {
           algo = AllreduceAlgorithm::make(cfg);

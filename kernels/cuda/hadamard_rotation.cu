@@ -60,6 +60,7 @@ cudaError_t launchRotate(const float* x, const float* e, float* y, size_t n, siz
                          const scalar::RotationKey& key, float scale, bool inverse, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (blockSize < 1 || blockSize > kMaxBlock || (blockSize & (blockSize - 1))) return cudaErrorInvalidValue;
+  if (n / blockSize > 0x7fffffffu) return cudaErrorInvalidConfiguration;  // one CUDA block per rotation block
   const scalar::RngStream signs = scalar::rotationStream(key);
   // The schedule is kernels/scalar/hadamard_rotation.h's (tests/kernels/rotation_device_schedule_test.cc
   // runs it on the host against the CPU's bits).

@@ -194,12 +194,20 @@ LowRankBlas* LowRankBlas::create(cudaStream_t stream, std::string* why) {
     *why = error;
     return nullptr;
   }
-  return new LowRankBlas(handle, pointers, stream);
+  int device = 0;
+  cudaGetDevice(&device);
+  return new LowRankBlas(handle, pointers, stream, device);
 }
 
 LowRankBlas::~LowRankBlas() {
+  // The owner may be on another device by now (PowerSGD's math follows the buffers it is given): the
+  // handle and the arrays are released on theirs, and the caller's device is restored.
+  int current = 0;
+  const bool known = cudaGetDevice(&current) == cudaSuccess;
+  cudaSetDevice(device_);
   cublas().destroy(static_cast<cublasHandle_t>(handle_));
   cudaFree(pointers_);  // synchronizes the device: no product still reads the addresses
+  if (known) cudaSetDevice(current);
 }
 
 // Row-major matrices are cuBLAS's column-major transposes, so each product is written as the product of

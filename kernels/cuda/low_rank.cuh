@@ -9,7 +9,8 @@
 // batch_tensors_with_same_shape): one launch per kMaxBatch matrices instead of one per matrix, which is
 // what a bucket of many small layers otherwise spends its time on. The addresses travel by value as a
 // kernel parameter (no copy to the device, no wait); cuBLAS's batched product reads them from device
-// memory, so a small kernel writes them there first, in stream order. A batch of one is the single call.
+// memory, so a small kernel writes them there first, in stream order. A product of one matrix is the
+// single SGEMM; the other steps run their batched kernels with a batch of one (the same expressions).
 //
 // cuBLAS is loaded when first used (dlopen of libcublas.so.13, then libcublas.so), not linked: a binary
 // built here then runs its other CUDA paths on a GPU machine that lacks cuBLAS, and the low-rank path
@@ -53,13 +54,15 @@ class LowRankBlas {
                                 float* const* c, size_t count);
 
  private:
-  LowRankBlas(void* handle, void** pointers, cudaStream_t stream) : handle_(handle), pointers_(pointers), stream_(stream) {}
+  LowRankBlas(void* handle, void** pointers, cudaStream_t stream, int device)
+      : handle_(handle), pointers_(pointers), stream_(stream), device_(device) {}
   // One product over a batch: the single SGEMM for one matrix, the batched SGEMM for more.
   std::string gemmBatch(int opB, int opA, int64_t rows, int64_t cols, int64_t inner, const float* const* b, int64_t ldb,
                         const float* const* a, int64_t lda, float* const* c, int64_t ldc, size_t count);
   void* handle_;
   void** pointers_;  // device memory for 3 x kMaxBatch addresses (the batched SGEMM's arrays)
   cudaStream_t stream_;
+  int device_;  // the device the handle and the address arrays belong to (current while they are freed)
 };
 
 // Orthonormalizes the columns of A (rows x cols, row-major, device) in place, left to right, with the

@@ -23,15 +23,22 @@ from ._codec import Codec
 # error feedback).
 CANDIDATE_CODECS = ("none", "bf16", "int8", "int4", "mxfp4", "nvfp4", "sign", "topk:ratio=0.01")
 
-_speeds: dict[tuple[str, str], tuple[float, float]] = {}
+_speeds: dict[tuple[str, str], dict[str, float]] = {}
+
+
+def codec_speeds(codec: str, error_feedback: str = "none") -> dict[str, float]:
+    """Seconds per element on this CPU, one thread, measured once per process: encode and decode, and for a
+    rotate=hadamard codec unrotated_encode, unrotated_decode and rotate (how the compressed ring runs it)."""
+    key = (codec, error_feedback)
+    if key not in _speeds:
+        _speeds[key] = dict(_C.codec_speeds(codec, error_feedback, n=1 << 18, repeats=3))
+    return _speeds[key]
 
 
 def codec_speed(codec: str, error_feedback: str = "none") -> tuple[float, float]:
     """(encode, decode) seconds per element on this CPU, one thread; measured once per process."""
-    key = (codec, error_feedback)
-    if key not in _speeds:
-        _speeds[key] = _C.codec_speed(codec, error_feedback, n=1 << 18, repeats=3)
-    return _speeds[key]
+    s = codec_speeds(codec, error_feedback)
+    return s["encode"], s["decode"]
 
 
 def _error_feedback(codec: str) -> str:
@@ -52,13 +59,17 @@ def wire_and_codec_ms(codec: str, buckets: Iterable[BucketTraffic], nodes: int, 
     """The modelled wire time and codec time (ms) of one step's buckets on `links` ("inter=1gbit/50us"),
     nodes x ranks_per_node ranks. measure_codec=False leaves the codec time at 0 (the caller has a
     measured one)."""
-    enc, dec = codec_speed(codec, _error_feedback(codec)) if measure_codec and codec != "none" else (0.0, 0.0)
+    zero = dict.fromkeys(("encode", "decode", "unrotated_encode", "unrotated_decode", "rotate"), 0.0)
+    s = codec_speeds(codec, _error_feedback(codec)) if measure_codec and codec != "none" else zero
     wire = work = 0.0
     for b in buckets:
         if b.compressed > 0:
             p = _C.predict_allreduce(codec, b.compressed, nodes, links, ranks_per_node, algorithm=algorithm,
                                      error_feedback=_error_feedback(codec),
-                                     encode_seconds_per_element=enc, decode_seconds_per_element=dec)
+                                     encode_seconds_per_element=s["encode"], decode_seconds_per_element=s["decode"],
+                                     unrotated_encode_seconds_per_element=s["unrotated_encode"],
+                                     unrotated_decode_seconds_per_element=s["unrotated_decode"],
+                                     rotate_seconds_per_element=s["rotate"])
             wire += p["wire_seconds"]
             work += p["codec_seconds"]
         if b.elements > b.compressed:

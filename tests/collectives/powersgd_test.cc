@@ -262,8 +262,12 @@ TEST(PowerSgd, BatchingSameShapeMatricesChangesNoBit) {
       std::vector<float> first(results[1][0].begin(), results[1][0].begin() + a), want(exact.begin(), exact.begin() + a);
       EXPECT_GT(relativeDifference(first, want), 0.1);
     }
-  // The option is named in the algorithm's description, so two runs that differ in it say so.
+  // The option is named in the algorithm's description, so two runs that differ in it say so; at its
+  // default it is left out (the description, which ranks compare, is what it was before the option).
   EXPECT_NE(AllreduceAlgorithm::make(powerSgd("rank=2,batch=1"))->describe().find("batch=true"), std::string::npos);
+  const std::string plain = AllreduceAlgorithm::make(powerSgd("rank=2,batch=false"))->describe();
+  EXPECT_EQ(plain.find("batch"), std::string::npos) << plain;
+  EXPECT_EQ(plain, AllreduceAlgorithm::make(powerSgd("rank=2"))->describe());
 }
 
 TEST(PowerSgd, RefusesWhatItCannotDo) {

@@ -147,5 +147,31 @@ TEST(AllreducePerfOptions, ARunWhereNoCaseRanIsAnError) {
   }
 }
 
+// -a auto asks the cost model for the codec it runs: top-k rides only allgather, so that is the pick (the
+// pick was once made for codec none, which chose a ring that then refused top-k).
+TEST(AllreducePerfOptions, AutoPicksAnAlgorithmThatCarriesTheCodec) {
+  AllreducePerfOptions o;
+  o.algorithms = {"auto"};
+  o.codecs = {"topk:ratio=0.01", "int8"};
+  o.errorFeedback = "ef";
+  o.minBytes = o.maxBytes = 1 << 16;
+  o.iterations = 1;
+  o.warmup = 0;
+  o.csv = true;
+  o.linkModel = "inter=1gbit";
+  std::vector<std::string> outputs(4);
+  testing::runRanksOk(4, [&](Communicator& comm) {
+    std::ostringstream out;
+    runAllreducePerf(o, comm, out);
+    outputs[static_cast<size_t>(comm.rank())] = out.str();
+  });
+  const auto rows = csvRows(outputs[0]);
+  ASSERT_EQ(rows.size(), 2u) << outputs[0];
+  EXPECT_EQ(rows[0][2], "topk:ratio=0.01");
+  EXPECT_EQ(rows[0][3], "auto->allgather");
+  EXPECT_EQ(rows[1][2], "int8");
+  EXPECT_EQ(rows[1][3].rfind("auto->", 0), 0u) << rows[1][3];
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -59,6 +59,27 @@ def test_codec_speed_is_measured_for_lossy_codecs_and_zero_for_fp32():
     assert cost_model.codec_speed("int8", "ef") == (enc, dec)   # measured once per process
 
 
+def test_the_rotated_ring_is_charged_its_unrotated_hops_and_its_rotations():
+    # The compressed ring sums a rotate=hadamard codec in the rotated domain: 4 ranks, 4000 elements, each
+    # rank encodes 4000 and decodes 7000 with the codec less its rotation and rotates 2 x 4000 itself
+    # (3 x 4000 with ef). Without the unrotated speeds, the rotated codec's are charged (as before).
+    speeds = dict(encode_seconds_per_element=5e-9, decode_seconds_per_element=6e-9,
+                  unrotated_encode_seconds_per_element=1e-9, unrotated_decode_seconds_per_element=2e-9,
+                  rotate_seconds_per_element=3e-9)
+    for ef, rotations in (("none", 2), ("ef", 3)):
+        p = _C.predict_allreduce("int4:rotate=hadamard", 4000, 4, "inter=1GB", algorithm="ring", error_feedback=ef,
+                                 **speeds)
+        assert p["codec_seconds"] == pytest.approx(4000e-9 + 7000 * 2e-9 + rotations * 4000 * 3e-9, rel=1e-12)
+    old = _C.predict_allreduce("int4:rotate=hadamard", 4000, 4, "inter=1GB", algorithm="ring",
+                               encode_seconds_per_element=5e-9, decode_seconds_per_element=6e-9)
+    assert old["codec_seconds"] == pytest.approx(4000 * 5e-9 + 7000 * 6e-9, rel=1e-12)
+    with pytest.raises(gradcomp.InvalidArgument, match="finite and >= 0"):
+        _C.predict_allreduce("int4", 4000, 4, "inter=1GB", rotate_seconds_per_element=-1.0)
+    measured = cost_model.codec_speeds("int4:rotate=hadamard")
+    assert measured["rotate"] > 0 and measured["unrotated_encode"] > 0 and measured["unrotated_decode"] > 0
+    assert cost_model.codec_speeds("int4")["rotate"] == 0.0
+
+
 def test_step_and_bucket_traffic_add_up():
     assert cost_model.step_ms(10.0, 4.0, 3.0, 0.5) == 10.0          # fully hidden
     assert cost_model.step_ms(10.0, 1.0, 3.0, 0.5) == pytest.approx(12.5)
