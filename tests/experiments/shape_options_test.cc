@@ -89,6 +89,17 @@ TEST(ShapeOption, TheModelChargesPowerSgdItsFactorsPerMatrix) {
 
 // gradcomp allreduce-perf --shape 64x32 --lowrank rank=2 --case powersgd/none: one message of the
 // shape's bytes, summed as that matrix (P: 64 x 2, Q: 32 x 2 values over the ring).
+// allreduce-perf on `ranks` in-process ranks: rank 0's CSV rows, and its output for messages.
+std::pair<std::vector<std::vector<std::string>>, std::string> perfRows(const AllreducePerfOptions& o, int ranks) {
+  std::vector<std::string> outputs(static_cast<size_t>(ranks));
+  testing::runRanksOk(ranks, [&](Communicator& comm) {
+    std::ostringstream out;
+    runAllreducePerf(o, comm, out);
+    outputs[static_cast<size_t>(comm.rank())] = out.str();
+  });
+  return {csvRows(outputs[0]), outputs[0]};
+}
+
 TEST(ShapeOption, AllreducePerfSumsTheTensorAsThatMatrix) {
   AllreducePerfOptions o;
   o.shape = "64x32";
@@ -98,14 +109,8 @@ TEST(ShapeOption, AllreducePerfSumsTheTensorAsThatMatrix) {
   o.iterations = 1;
   o.csv = true;
   o.check = true;
-  std::vector<std::string> outputs(2);
-  testing::runRanksOk(2, [&](Communicator& comm) {
-    std::ostringstream out;
-    runAllreducePerf(o, comm, out);
-    outputs[static_cast<size_t>(comm.rank())] = out.str();
-  });
-  const auto rows = csvRows(outputs[0]);
-  ASSERT_EQ(rows.size(), 1u) << outputs[0];
+  const auto [rows, output] = perfRows(o, 2);
+  ASSERT_EQ(rows.size(), 1u) << output;
   const auto& r = rows[0];  // bytes,count,codec,algorithm,ranks,...,wire_bytes_per_rank (8),...,relative_error (13)
   EXPECT_EQ(r[0], "8192");
   EXPECT_EQ(r[1], "2048");
@@ -159,14 +164,8 @@ TEST(AllreducePerfOptions, AutoPicksAnAlgorithmThatCarriesTheCodec) {
   o.warmup = 0;
   o.csv = true;
   o.linkModel = "inter=1gbit";
-  std::vector<std::string> outputs(4);
-  testing::runRanksOk(4, [&](Communicator& comm) {
-    std::ostringstream out;
-    runAllreducePerf(o, comm, out);
-    outputs[static_cast<size_t>(comm.rank())] = out.str();
-  });
-  const auto rows = csvRows(outputs[0]);
-  ASSERT_EQ(rows.size(), 2u) << outputs[0];
+  const auto [rows, output] = perfRows(o, 4);
+  ASSERT_EQ(rows.size(), 2u) << output;
   EXPECT_EQ(rows[0][2], "topk:ratio=0.01");
   EXPECT_EQ(rows[0][3], "auto->allgather");
   EXPECT_EQ(rows[1][2], "int8");
